@@ -1,0 +1,216 @@
+//! One admitted request inside the execution owner: its slot, token
+//! progress, sampler, detokenizer, undelivered text and lifecycle times.
+//!
+//! Invariants: `computed` counts prompt tokens in the slot's KV cells;
+//! `n_past()` is every token in them; `pending` is the sampled token not yet
+//! decoded. `outcome` is set at most once; the owner then retires the
+//! sequence, which consumes it.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use tokio::sync::mpsc;
+
+use super::sampler::Sampler;
+use super::scheduler::{Chunk, SeqView};
+use super::Submission;
+use crate::detok::StreamDetokenizer;
+use crate::model::{LoadedModel, Runtime, StepError, TokenId};
+use crate::stream::{Event, FinishReason, Finished, GenerationError, Timings};
+
+pub(super) enum Outcome {
+    Finished(FinishReason),
+    Failed(GenerationError),
+}
+
+pub(super) struct Sequence {
+    pub key: u64,
+    pub id: String,
+    pub slot: usize,
+    pub prompt: Vec<TokenId>,
+    computed: usize,
+    pending: Option<TokenId>,
+    generated: u32,
+    max_tokens: u32,
+    ctx_limit: u32,
+    sampler: Sampler,
+    detok: StreamDetokenizer,
+    pub outbox: mpsc::Sender<Event>,
+    unsent: String,
+    unsent_tokens: u32,
+    pub outcome: Option<Outcome>,
+    arrival: Instant,
+    tokenized: Instant,
+    admitted: Instant,
+    prefill_done: Option<Instant>,
+    first_token: Option<Instant>,
+}
+
+impl Sequence {
+    pub fn new(key: u64, slot: usize, sub: Submission, ctx_limit: u32) -> Self {
+        let r = sub.req;
+        Sequence {
+            key,
+            id: r.id,
+            slot,
+            sampler: Sampler::new(r.sampling, &r.prompt),
+            detok: StreamDetokenizer::new(r.stop),
+            prompt: r.prompt,
+            computed: 0,
+            pending: None,
+            generated: 0,
+            max_tokens: r.max_tokens,
+            ctx_limit,
+            outbox: sub.outbox,
+            unsent: String::new(),
+            unsent_tokens: 0,
+            outcome: None,
+            arrival: r.arrival,
+            tokenized: r.tokenized,
+            admitted: Instant::now(),
+            prefill_done: None,
+            first_token: None,
+        }
+    }
+
+    pub fn view(&self) -> SeqView {
+        SeqView {
+            key: self.key,
+            prompt_len: self.prompt.len(),
+            computed: self.computed,
+            decoding: self.pending.is_some(),
+        }
+    }
+
+    pub fn is_decoding(&self) -> bool {
+        self.pending.is_some()
+    }
+
+    /// Tokens stored in the slot's KV cells.
+    pub fn n_past(&self) -> u32 {
+        self.computed as u32 + self.generated.saturating_sub(1)
+    }
+
+    pub fn push_decode(&mut self, rt: &mut Runtime<'_>) -> Result<usize, StepError> {
+        let tok = self.pending.expect("planned decode has a pending token");
+        rt.push(tok, self.n_past(), self.slot, true)
+    }
+
+    /// Push a prompt chunk; returns the logits row when it ends the prompt.
+    pub fn push_chunk(
+        &mut self,
+        rt: &mut Runtime<'_>,
+        c: &Chunk,
+    ) -> Result<Option<usize>, StepError> {
+        let last = c.completes(self.prompt.len());
+        let mut row = None;
+        for i in c.start..c.start + c.len {
+            let want = last && i + 1 == c.start + c.len;
+            let idx = rt.push(self.prompt[i], i as u32, self.slot, want)?;
+            if want {
+                row = Some(idx);
+            }
+        }
+        Ok(row)
+    }
+
+    pub fn chunk_done(&mut self, c: &Chunk) {
+        self.computed = c.start + c.len;
+        if self.computed == self.prompt.len() {
+            self.prefill_done = Some(Instant::now());
+        }
+    }
+
+    /// After a step that produced logits for this sequence: pick the next
+    /// token, detokenize, check the ends, queue text.
+    pub fn sample_and_emit(&mut self, logits: &[f32], model: &LoadedModel) {
+        let tok = self.sampler.sample(logits);
+        self.sampler.accept(tok);
+        self.generated += 1;
+        if self.first_token.is_none() {
+            self.first_token = Some(Instant::now());
+        }
+        let eog = model.eog.get(tok as usize).copied().unwrap_or(false);
+        if eog {
+            self.pending = None;
+            self.outcome = Some(Outcome::Finished(FinishReason::Stop));
+            return;
+        }
+        let bytes = model
+            .token_bytes
+            .get(tok as usize)
+            .map(|b| &b[..])
+            .unwrap_or(&[]);
+        let out = self.detok.push(bytes);
+        self.unsent.push_str(&out.text);
+        self.unsent_tokens += 1;
+        if out.stopped {
+            self.pending = None;
+            self.outcome = Some(Outcome::Finished(FinishReason::Stop));
+            return;
+        }
+        let room = self.prompt.len() as u32 + self.generated < self.ctx_limit;
+        if self.generated >= self.max_tokens || !room {
+            self.pending = None;
+            self.outcome = Some(Outcome::Finished(FinishReason::Length));
+            return;
+        }
+        self.pending = Some(tok);
+        self.flush_text();
+    }
+
+    /// Send coalesced text if the outbox has room; otherwise keep it.
+    pub fn flush_text(&mut self) {
+        if self.unsent.is_empty() {
+            return;
+        }
+        let ev = Event::Text {
+            text: std::mem::take(&mut self.unsent),
+            tokens: std::mem::take(&mut self.unsent_tokens),
+        };
+        if let Err(mpsc::error::TrySendError::Full(Event::Text { text, tokens })) =
+            self.outbox.try_send(ev)
+        {
+            self.unsent = text;
+            self.unsent_tokens = tokens;
+        }
+    }
+
+    /// The events that end this request: remaining text, then exactly one
+    /// `Done` or `Error`.
+    pub fn terminal_events(&mut self, outcome: Outcome) -> VecDeque<Event> {
+        let mut events = VecDeque::new();
+        let reason = match outcome {
+            Outcome::Failed(e) => {
+                events.push_back(Event::Error(e));
+                return events;
+            }
+            Outcome::Finished(r) => r,
+        };
+        let tail = self.detok.finish();
+        self.unsent.push_str(&tail.text);
+        if !self.unsent.is_empty() {
+            events.push_back(Event::Text {
+                text: std::mem::take(&mut self.unsent),
+                tokens: std::mem::take(&mut self.unsent_tokens),
+            });
+        }
+        let ms = |t: Option<Instant>| {
+            t.map(|t| t.duration_since(self.arrival).as_secs_f64() * 1e3)
+                .unwrap_or(0.0)
+        };
+        events.push_back(Event::Done(Finished {
+            reason,
+            prompt_tokens: self.prompt.len() as u32,
+            completion_tokens: self.generated,
+            timings: Timings {
+                tokenized_ms: ms(Some(self.tokenized)),
+                admitted_ms: ms(Some(self.admitted)),
+                prefill_done_ms: ms(self.prefill_done),
+                first_token_ms: ms(self.first_token),
+                retired_ms: ms(Some(Instant::now())),
+            },
+        }));
+        events
+    }
+}

@@ -1,0 +1,234 @@
+//! Steward's engine: generate requests in, streams of events out. No HTTP.
+//!
+//! Public surface: [`Engine::start`] loads a model and spawns the execution
+//! owner; [`EngineHandle`] prepares (template + tokenize on a bounded pool),
+//! submits (bounded inbox), and reads stats (a `watch` snapshot). Dropping a
+//! [`RequestStream`] cancels its request.
+
+pub mod core;
+pub mod detok;
+pub mod fetch;
+pub mod identity;
+pub mod model;
+pub mod prepare;
+pub mod stream;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::sync::{mpsc, watch};
+
+pub use crate::core::sampler::SamplingParams;
+pub use crate::core::EngineStats;
+pub use crate::identity::ModelIdentity;
+pub use crate::model::{LoadError, TokenId};
+pub use crate::prepare::{PrepareError, Preparer};
+pub use crate::stream::{Event, FinishReason, Finished, GenerationError, RequestStream, Timings};
+
+/// Everything the engine needs to start. Server flags map onto this.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    pub model_path: PathBuf,
+    /// Name the model is served under (`model` field of requests).
+    pub served_name: String,
+    /// Concurrent sequences (llama `seq_id` slots).
+    pub max_seqs: usize,
+    /// KV cells per slot: the context limit of one request.
+    pub ctx_per_seq: u32,
+    /// Prompt tokens per step (chunked prefill).
+    pub prompt_budget: usize,
+    pub max_prefill_seqs: usize,
+    pub n_threads: i32,
+    pub n_threads_batch: i32,
+    pub n_ubatch: u32,
+    pub flash_attn: bool,
+    pub n_gpu_layers: u32,
+    /// Bounded queue of submitted, not yet admitted requests.
+    pub max_waiting: usize,
+    /// Events buffered per request before text is coalesced.
+    pub outbox_capacity: usize,
+    pub tokenizer_threads: usize,
+    pub tokenizer_queue: usize,
+    /// Largest `max_tokens` accepted (also the default when absent, capped
+    /// by the context).
+    pub max_tokens_limit: u32,
+    /// Draw a progress bar while loading (stderr on a terminal).
+    pub progress: bool,
+}
+
+impl EngineConfig {
+    pub fn new(model_path: PathBuf) -> Self {
+        let served_name = model_path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "model".into());
+        let cores = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2) as i32;
+        EngineConfig {
+            model_path,
+            served_name,
+            max_seqs: 32,
+            ctx_per_seq: 4096,
+            prompt_budget: 256,
+            max_prefill_seqs: 4,
+            n_threads: cores,
+            n_threads_batch: cores,
+            n_ubatch: 512,
+            flash_attn: false,
+            n_gpu_layers: 0,
+            max_waiting: 256,
+            outbox_capacity: 64,
+            tokenizer_threads: 1,
+            tokenizer_queue: 64,
+            max_tokens_limit: 4096,
+            progress: false,
+        }
+    }
+}
+
+/// A generation request after prepare: token IDs and settings, validated.
+#[derive(Debug, Clone)]
+pub struct GenerateRequest {
+    pub id: String,
+    pub prompt: Vec<TokenId>,
+    pub max_tokens: u32,
+    pub sampling: SamplingParams,
+    pub stop: Vec<String>,
+    pub arrival: Instant,
+    pub tokenized: Instant,
+}
+
+#[derive(Debug, thiserror::Error, Clone, PartialEq)]
+pub enum SubmitError {
+    #[error("the server is at capacity: {0} requests are already waiting")]
+    QueueFull(usize),
+    #[error("the engine is not running")]
+    Stopped,
+    #[error("the engine is not ready yet")]
+    NotReady,
+}
+
+pub(crate) enum Command {
+    Submit(Box<core::Submission>),
+}
+
+struct Shared {
+    config: EngineConfig,
+    identity: ModelIdentity,
+    preparer: Preparer,
+    inbox: mpsc::Sender<Command>,
+    stats: watch::Receiver<EngineStats>,
+    model: Arc<model::LoadedModel>,
+}
+
+/// Cheap to clone; every clone talks to the same execution owner.
+#[derive(Clone)]
+pub struct EngineHandle {
+    shared: Arc<Shared>,
+}
+
+pub struct Engine;
+
+impl Engine {
+    /// Load the model, compute its identity, start the tokenizer pool and
+    /// the execution owner (which runs one warm-up step before it reports
+    /// ready). Returns as soon as the owner thread runs.
+    pub fn start(config: EngineConfig) -> Result<EngineHandle, LoadError> {
+        let t0 = Instant::now();
+        let model = Arc::new(model::LoadedModel::load(
+            &config.model_path,
+            config.progress,
+            config.n_gpu_layers,
+        )?);
+        let load_ms = t0.elapsed().as_secs_f64() * 1e3;
+        let identity = identity::ModelIdentity::compute(&config.model_path, &model)?;
+        tracing::info!(
+            load_ms,
+            identity = %identity.summary(),
+            "model loaded"
+        );
+        let preparer = Preparer::new(model.clone(), &config);
+        let (inbox_tx, inbox_rx) = mpsc::channel(config.max_waiting.max(1));
+        let (stats_tx, stats_rx) = watch::channel(EngineStats::starting(&config, load_ms));
+        core::spawn(core::OwnerArgs {
+            model: model.clone(),
+            config: config.clone(),
+            inbox: inbox_rx,
+            stats: stats_tx,
+        })?;
+        Ok(EngineHandle {
+            shared: Arc::new(Shared {
+                config,
+                identity,
+                preparer,
+                inbox: inbox_tx,
+                stats: stats_rx,
+                model,
+            }),
+        })
+    }
+}
+
+impl EngineHandle {
+    pub fn config(&self) -> &EngineConfig {
+        &self.shared.config
+    }
+    pub fn identity(&self) -> &ModelIdentity {
+        &self.shared.identity
+    }
+    pub fn preparer(&self) -> &Preparer {
+        &self.shared.preparer
+    }
+    pub fn stats(&self) -> EngineStats {
+        self.shared.stats.borrow().clone()
+    }
+    pub fn stats_watch(&self) -> watch::Receiver<EngineStats> {
+        self.shared.stats.clone()
+    }
+    /// Per-request context limit (prompt + completion).
+    pub fn context_limit(&self) -> u32 {
+        self.shared
+            .config
+            .ctx_per_seq
+            .min(self.shared.model.facts.n_ctx_train.max(1))
+    }
+
+    /// Wait until the warm-up step has run (or the engine died).
+    pub async fn wait_ready(&self) -> bool {
+        let mut w = self.shared.stats.clone();
+        loop {
+            {
+                let s = w.borrow_and_update();
+                if s.ready {
+                    return true;
+                }
+                if s.stopped {
+                    return false;
+                }
+            }
+            if w.changed().await.is_err() {
+                return false;
+            }
+        }
+    }
+
+    /// Hand a prepared request to the execution owner. Never blocks: a full
+    /// inbox is an immediate `QueueFull`.
+    pub fn submit(&self, req: GenerateRequest) -> Result<RequestStream, SubmitError> {
+        if !self.shared.stats.borrow().ready {
+            return Err(SubmitError::NotReady);
+        }
+        let (tx, rx) = mpsc::channel(self.shared.config.outbox_capacity.max(2));
+        let id = req.id.clone();
+        let sub = core::Submission { req, outbox: tx };
+        match self.shared.inbox.try_send(Command::Submit(Box::new(sub))) {
+            Ok(()) => Ok(RequestStream::new(id, rx)),
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                Err(SubmitError::QueueFull(self.shared.config.max_waiting))
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => Err(SubmitError::Stopped),
+        }
+    }
+}

@@ -1,0 +1,378 @@
+//! The runtime adapter: the only module that names llama.cpp types.
+//!
+//! Owns: the process-wide llama backend (initialised once), model loading
+//! (with a progress bar on a terminal), the vocabulary tables (token → bytes,
+//! end-of-generation flags), tokenization, and [`Runtime`]: one llama context
+//! plus its batch, through which the execution owner submits a step and waits
+//! for its completion, reads logits and edits per-slot KV state.
+//!
+//! Invariants: a [`Runtime`] is created and used on the execution owner thread
+//! only (it is `!Sync`); [`LoadedModel`] is immutable after load and shared by
+//! `Arc` (the tokenizer pool reads it concurrently, which llama.cpp allows for
+//! tokenization). `llama_decode` on the CPU backend returns when the step's
+//! work is complete; `Runtime::decode` additionally synchronises, so logits
+//! and KV edits after it never race a running kernel.
+
+use std::io::{IsTerminal, Write};
+use std::num::NonZeroU32;
+use std::path::Path;
+use std::sync::OnceLock;
+
+use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::context::LlamaContext;
+use llama_cpp_2::llama_backend::LlamaBackend;
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::model::params::LlamaModelParams;
+use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::token::LlamaToken;
+
+/// A token ID as the engine sees it.
+pub type TokenId = i32;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("model file not found: {0}")]
+    NotFound(String),
+    #[error("cannot read model file {path}: {reason}")]
+    Unreadable { path: String, reason: String },
+    #[error("{0} is not a GGUF file (bad magic bytes)")]
+    NotGguf(String),
+    #[error("llama.cpp could not load {0} (corrupt or unsupported GGUF; run with RUST_LOG=llama_cpp_2=info for the runtime's reason)")]
+    LoadFailed(String),
+    #[error("llama.cpp backend init failed: {0}")]
+    Backend(String),
+    #[error("could not create a llama context: {0}")]
+    Context(String),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    #[error("no KV cache space for this step")]
+    NoKvSpace,
+    #[error("llama_decode failed: {0}")]
+    Decode(String),
+    #[error("batch overflow: {0}")]
+    Batch(String),
+}
+
+fn backend() -> Result<&'static LlamaBackend, LoadError> {
+    static BACKEND: OnceLock<Result<LlamaBackend, String>> = OnceLock::new();
+    BACKEND
+        .get_or_init(|| {
+            llama_cpp_2::send_logs_to_tracing(llama_cpp_2::LogOptions::default());
+            LlamaBackend::init().map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(|e| LoadError::Backend(e.clone()))
+}
+
+/// Facts read from the GGUF at load time.
+#[derive(Debug, Clone)]
+pub struct ModelFacts {
+    pub architecture: String,
+    pub description: String,
+    pub file_type: String,
+    pub n_ctx_train: u32,
+    pub n_vocab: usize,
+    pub n_layer: u32,
+    pub n_embd: u32,
+    pub n_head: u32,
+    pub n_head_kv: u32,
+    pub n_params: u64,
+    pub weights_bytes: u64,
+    pub recurrent: bool,
+    pub chat_template: Option<String>,
+    pub bos: Option<TokenId>,
+    pub eos: Option<TokenId>,
+    pub add_bos: bool,
+}
+
+/// A loaded GGUF: weights plus immutable vocabulary tables.
+pub struct LoadedModel {
+    model: LlamaModel,
+    pub facts: ModelFacts,
+    /// Bytes of each token as output text (control tokens render as nothing).
+    pub token_bytes: Vec<Box<[u8]>>,
+    /// Bytes of each token with special tokens rendered (for templates).
+    pub token_text_special: Vec<Box<[u8]>>,
+    /// End-of-generation flags per token.
+    pub eog: Vec<bool>,
+}
+
+fn check_gguf(path: &Path) -> Result<(), LoadError> {
+    let shown = path.display().to_string();
+    if !path.exists() {
+        return Err(LoadError::NotFound(shown));
+    }
+    let mut magic = [0u8; 4];
+    let mut f = std::fs::File::open(path).map_err(|e| LoadError::Unreadable {
+        path: shown.clone(),
+        reason: e.to_string(),
+    })?;
+    use std::io::Read;
+    f.read_exact(&mut magic)
+        .map_err(|e| LoadError::Unreadable {
+            path: shown.clone(),
+            reason: e.to_string(),
+        })?;
+    if &magic != b"GGUF" {
+        return Err(LoadError::NotGguf(shown));
+    }
+    Ok(())
+}
+
+fn file_type_name(ft: &str) -> String {
+    // llama_ftype values (llama.h); the common ones by name.
+    let name = match ft.trim() {
+        "0" => "F32",
+        "1" => "F16",
+        "2" => "Q4_0",
+        "3" => "Q4_1",
+        "7" => "Q8_0",
+        "8" => "Q5_0",
+        "9" => "Q5_1",
+        "10" => "Q2_K",
+        "11" => "Q3_K_S",
+        "12" => "Q3_K_M",
+        "13" => "Q3_K_L",
+        "14" => "Q4_K_S",
+        "15" => "Q4_K_M",
+        "16" => "Q5_K_S",
+        "17" => "Q5_K_M",
+        "18" => "Q6_K",
+        "32" => "BF16",
+        other => return format!("ftype-{other}"),
+    };
+    name.to_string()
+}
+
+impl LoadedModel {
+    /// Load a GGUF, drawing a progress bar on stderr when it is a terminal.
+    pub fn load(path: &Path, progress: bool, n_gpu_layers: u32) -> Result<Self, LoadError> {
+        check_gguf(path)?;
+        let backend = backend()?;
+        let mut params = LlamaModelParams::default().with_n_gpu_layers(n_gpu_layers);
+        if progress && std::io::stderr().is_terminal() {
+            let mut last = -1i32;
+            params = params.with_progress_callback(move |p| {
+                let pct = (p * 100.0) as i32;
+                if pct != last {
+                    last = pct;
+                    let filled = (pct / 5) as usize;
+                    eprint!(
+                        "\rloading model [{}{}] {pct:3}%",
+                        "#".repeat(filled),
+                        " ".repeat(20 - filled.min(20))
+                    );
+                    if pct >= 100 {
+                        eprintln!();
+                    }
+                    let _ = std::io::stderr().flush();
+                }
+                true
+            });
+        }
+        let model = LlamaModel::load_from_file(backend, path, &params)
+            .map_err(|_| LoadError::LoadFailed(path.display().to_string()))?;
+        let meta = |k: &str| model.meta_val_str(k).ok();
+        let vocab = model.vocab();
+        let n_vocab = vocab.n_tokens().max(0) as usize;
+        let mut token_bytes = Vec::with_capacity(n_vocab);
+        let mut token_text_special = Vec::with_capacity(n_vocab);
+        let mut eog = Vec::with_capacity(n_vocab);
+        for id in 0..n_vocab as i32 {
+            token_bytes.push(piece(&model, id, false).into_boxed_slice());
+            token_text_special.push(piece(&model, id, true).into_boxed_slice());
+            eog.push(vocab.is_eog(LlamaToken(id)));
+        }
+        let tok_opt = |t: LlamaToken| (t.0 >= 0 && (t.0 as usize) < n_vocab).then_some(t.0);
+        let facts = ModelFacts {
+            architecture: meta("general.architecture").unwrap_or_else(|| "unknown".into()),
+            description: desc(&model),
+            file_type: meta("general.file_type")
+                .map(|s| file_type_name(&s))
+                .unwrap_or_else(|| "unknown".into()),
+            n_ctx_train: model.n_ctx_train(),
+            n_vocab,
+            n_layer: model.n_layer(),
+            n_embd: model.n_embd().max(0) as u32,
+            n_head: model.n_head(),
+            n_head_kv: model.n_head_kv(),
+            n_params: model.n_params(),
+            weights_bytes: model.size(),
+            recurrent: model.is_recurrent() || model.is_hybrid(),
+            chat_template: meta("tokenizer.chat_template"),
+            bos: tok_opt(vocab.bos()),
+            eos: tok_opt(vocab.eos()),
+            add_bos: vocab.should_add_bos(),
+        };
+        Ok(LoadedModel {
+            model,
+            facts,
+            token_bytes,
+            token_text_special,
+            eog,
+        })
+    }
+
+    /// Tokenize text. `parse_special` lets control-token text (e.g.
+    /// `<|im_start|>`) become control tokens, as a rendered template needs.
+    pub fn tokenize(&self, text: &str, add_bos: bool, parse_special: bool) -> Vec<TokenId> {
+        let v = self.model.vocab();
+        let mut out: Vec<TokenId> = v
+            .tokenize(text.as_bytes(), false, parse_special)
+            .into_iter()
+            .map(|t| t.0)
+            .collect();
+        if add_bos {
+            if let Some(b) = self.facts.bos {
+                if out.first() != Some(&b) {
+                    out.insert(0, b);
+                }
+            }
+        }
+        out
+    }
+
+    /// KV bytes one token of one sequence occupies (K and V, f16, all layers).
+    pub fn kv_bytes_per_token(&self) -> u64 {
+        let f = &self.facts;
+        let head_dim = if f.n_head > 0 { f.n_embd / f.n_head } else { 0 };
+        2 * u64::from(f.n_layer) * u64::from(f.n_head_kv * head_dim) * 2
+    }
+
+    /// Create the execution context. Call on the thread that will own it.
+    pub fn new_runtime(&self, p: &RuntimeParams) -> Result<Runtime<'_>, LoadError> {
+        let backend = backend()?;
+        let n_ctx = p.ctx_per_seq.saturating_mul(p.n_seqs as u32);
+        let cp = LlamaContextParams::default()
+            .with_n_ctx(NonZeroU32::new(n_ctx))
+            .with_n_batch(p.n_batch)
+            .with_n_ubatch(p.n_ubatch)
+            .with_n_seq_max(p.n_seqs as u32)
+            .with_n_threads(p.n_threads)
+            .with_n_threads_batch(p.n_threads_batch)
+            .with_kv_unified(false)
+            .with_flash_attention_policy(if p.flash_attn {
+                llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_ENABLED
+            } else {
+                llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_DISABLED
+            })
+            .with_no_perf(false);
+        let ctx = self
+            .model
+            .new_context(backend, cp)
+            .map_err(|e| LoadError::Context(e.to_string()))?;
+        Ok(Runtime {
+            batch: LlamaBatch::new(p.n_batch as usize, 1),
+            ctx,
+            capacity: p.n_batch as usize,
+            n_vocab: self.facts.n_vocab,
+        })
+    }
+}
+
+fn piece(model: &LlamaModel, id: i32, special: bool) -> Vec<u8> {
+    model.vocab().token_to_piece(LlamaToken(id), special, None)
+}
+
+fn desc(model: &LlamaModel) -> String {
+    let p = model.n_params() as f64;
+    let size = if p >= 1e9 {
+        format!("{:.1}B", p / 1e9)
+    } else {
+        format!("{:.0}M", p / 1e6)
+    };
+    format!(
+        "{} {size}",
+        model
+            .meta_val_str("general.name")
+            .unwrap_or_else(|_| "model".into())
+    )
+}
+
+/// Context sizing for one execution owner.
+#[derive(Debug, Clone)]
+pub struct RuntimeParams {
+    pub n_seqs: usize,
+    pub ctx_per_seq: u32,
+    pub n_batch: u32,
+    pub n_ubatch: u32,
+    pub n_threads: i32,
+    pub n_threads_batch: i32,
+    pub flash_attn: bool,
+}
+
+/// One llama context and its batch. Slot = llama `seq_id`; each slot has its
+/// own KV stream of `ctx_per_seq` cells (non-unified KV), so a sequence's
+/// attention never spans another's cells and its numerics do not depend on
+/// what else is in the batch.
+pub struct Runtime<'m> {
+    ctx: LlamaContext<'m>,
+    batch: LlamaBatch<'static>,
+    capacity: usize,
+    n_vocab: usize,
+}
+
+impl Runtime<'_> {
+    pub fn clear(&mut self) {
+        self.batch.clear();
+    }
+
+    pub fn batch_len(&self) -> usize {
+        self.batch.n_tokens().max(0) as usize
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Add one token to the step; returns its index in the batch (the index
+    /// to read logits from when `logits` is set).
+    pub fn push(
+        &mut self,
+        token: TokenId,
+        pos: u32,
+        slot: usize,
+        logits: bool,
+    ) -> Result<usize, StepError> {
+        let idx = self.batch_len();
+        self.batch
+            .add(LlamaToken(token), pos as i32, &[slot as i32], logits)
+            .map_err(|e| StepError::Batch(e.to_string()))?;
+        Ok(idx)
+    }
+
+    /// Submit the step and wait for its completion.
+    pub fn decode(&mut self) -> Result<(), StepError> {
+        let r = self.ctx.decode(&mut self.batch);
+        self.ctx.synchronize();
+        r.map_err(|e| match e {
+            llama_cpp_2::DecodeError::NoKvCacheSlot => StepError::NoKvSpace,
+            other => StepError::Decode(other.to_string()),
+        })
+    }
+
+    /// Logits of batch entry `idx` from the last completed step.
+    pub fn logits(&self, idx: usize) -> &[f32] {
+        let l = self.ctx.get_logits_ith(idx as i32);
+        &l[..self.n_vocab.min(l.len())]
+    }
+
+    /// Drop every KV cell of a slot. Idempotent.
+    pub fn clear_slot(&mut self, slot: usize) {
+        let _ = self.ctx.clear_kv_cache_seq(Some(slot as u32), None, None);
+    }
+
+    /// Drop a slot's cells from position `from` on (keep its prefix).
+    pub fn truncate_slot(&mut self, slot: usize, from: u32) {
+        let _ = self
+            .ctx
+            .clear_kv_cache_seq(Some(slot as u32), Some(from), None);
+    }
+
+    /// Highest position stored for a slot, or -1 when empty.
+    pub fn slot_pos_max(&self, slot: usize) -> i32 {
+        self.ctx.kv_cache_seq_pos_max(slot as i32)
+    }
+}

@@ -1,0 +1,263 @@
+//! Prepare: chat template rendering and tokenization on a bounded CPU pool,
+//! and the limit checks that must pass before admission.
+//!
+//! Owns: the compiled chat template (from the GGUF's
+//! `tokenizer.chat_template`, rendered with minijinja under Hugging Face
+//! conventions) and the tokenizer pool's threads and bounded job queue.
+//!
+//! Invariants: the template is applied once per request, and the token IDs it
+//! yields are what the engine sees; pool threads are stateless (pure
+//! functions over the shared, immutable vocabulary); a full queue is an
+//! immediate `Busy`, never a wait.
+
+use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
+use std::sync::Arc;
+
+use minijinja::{context, Environment, Error as JinjaError, ErrorKind};
+use serde::Serialize;
+use tokio::sync::oneshot;
+
+use crate::model::{LoadedModel, TokenId};
+use crate::EngineConfig;
+
+#[derive(Debug, Clone, thiserror::Error, PartialEq)]
+pub enum PrepareError {
+    #[error("the tokenizer queue is full ({0} jobs waiting); retry shortly")]
+    Busy(usize),
+    #[error("chat template failed: {0}")]
+    Template(String),
+    #[error("the prompt is empty after tokenization")]
+    EmptyPrompt,
+    #[error("this model's maximum context length is {limit} tokens; the request has {prompt} prompt tokens and asks for {max_tokens} completion tokens")]
+    ContextLength {
+        limit: u32,
+        prompt: u32,
+        max_tokens: u32,
+    },
+    #[error("the engine stopped")]
+    Stopped,
+}
+
+/// A chat message as the template sees it.
+#[derive(Debug, Clone, Serialize)]
+pub struct TemplateMessage {
+    pub role: String,
+    pub content: String,
+}
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// ChatML, used when the GGUF carries no template.
+const FALLBACK_TEMPLATE: &str = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+pub struct Preparer {
+    model: Arc<LoadedModel>,
+    env: Arc<Environment<'static>>,
+    jobs: SyncSender<Job>,
+    queue_cap: usize,
+    bos_text: String,
+    eos_text: String,
+}
+
+fn raise_exception(msg: String) -> Result<String, JinjaError> {
+    Err(JinjaError::new(ErrorKind::InvalidOperation, msg))
+}
+
+impl Preparer {
+    pub(crate) fn new(model: Arc<LoadedModel>, config: &EngineConfig) -> Self {
+        let mut env = Environment::new();
+        minijinja_contrib::add_to_environment(&mut env);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function("raise_exception", raise_exception);
+        let source = model.facts.chat_template.clone().unwrap_or_else(|| {
+            tracing::warn!("the GGUF has no chat template; using ChatML");
+            FALLBACK_TEMPLATE.to_string()
+        });
+        if let Err(e) = env.add_template_owned("chat", source) {
+            tracing::warn!(error = %e, "chat template does not compile; using ChatML");
+            let _ = env.add_template_owned("chat", FALLBACK_TEMPLATE.to_string());
+        }
+        let text_of = |t: Option<TokenId>| {
+            t.and_then(|t| model.token_text_special.get(t as usize))
+                .map(|b| String::from_utf8_lossy(b).into_owned())
+                .unwrap_or_default()
+        };
+        let bos_text = text_of(model.facts.bos);
+        let eos_text = text_of(model.facts.eos);
+        let cap = config.tokenizer_queue.max(1);
+        let (tx, rx) = sync_channel::<Job>(cap);
+        let rx = Arc::new(std::sync::Mutex::new(rx));
+        for i in 0..config.tokenizer_threads.max(1) {
+            let rx = rx.clone();
+            let _ = std::thread::Builder::new()
+                .name(format!("steward-tok-{i}"))
+                .spawn(move || loop {
+                    let job = match rx.lock() {
+                        Ok(guard) => guard.recv(),
+                        Err(_) => return,
+                    };
+                    match job {
+                        Ok(job) => job(),
+                        Err(_) => return,
+                    }
+                });
+        }
+        Preparer {
+            model,
+            env: Arc::new(env),
+            jobs: tx,
+            queue_cap: cap,
+            bos_text,
+            eos_text,
+        }
+    }
+
+    /// Render the chat template (pure; runs on the pool via `chat`).
+    pub fn render_chat(&self, messages: &[TemplateMessage]) -> Result<String, PrepareError> {
+        render(&self.env, messages, &self.bos_text, &self.eos_text)
+    }
+
+    async fn on_pool<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, PrepareError> {
+        let (tx, rx) = oneshot::channel();
+        let job: Job = Box::new(move || {
+            let _ = tx.send(f());
+        });
+        match self.jobs.try_send(job) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => return Err(PrepareError::Busy(self.queue_cap)),
+            Err(TrySendError::Disconnected(_)) => return Err(PrepareError::Stopped),
+        }
+        rx.await.map_err(|_| PrepareError::Stopped)
+    }
+
+    /// Template + tokenize a chat on the pool.
+    pub async fn chat(&self, messages: Vec<TemplateMessage>) -> Result<Vec<TokenId>, PrepareError> {
+        let env = self.env.clone();
+        let model = self.model.clone();
+        let (bos, eos) = (self.bos_text.clone(), self.eos_text.clone());
+        self.on_pool(move || {
+            let text = render(&env, &messages, &bos, &eos)?;
+            // The template writes BOS itself when the model wants one.
+            let toks = model.tokenize(&text, false, true);
+            nonempty(toks)
+        })
+        .await?
+    }
+
+    /// Tokenize a raw completion prompt on the pool (BOS added when the model
+    /// asks for it; control-token text is parsed as control tokens, as
+    /// llama-server does).
+    pub async fn text(&self, text: String) -> Result<Vec<TokenId>, PrepareError> {
+        let model = self.model.clone();
+        self.on_pool(move || {
+            let add_bos = model.facts.add_bos;
+            nonempty(model.tokenize(&text, add_bos, true))
+        })
+        .await?
+    }
+
+    pub fn n_vocab(&self) -> usize {
+        self.model.facts.n_vocab
+    }
+
+    /// Check prompt + completion against the context limit and resolve
+    /// `max_tokens` (absent: whatever room the context leaves, capped).
+    pub fn resolve_max_tokens(
+        prompt_len: usize,
+        requested: Option<u32>,
+        ctx_limit: u32,
+        cap: u32,
+    ) -> Result<u32, PrepareError> {
+        let prompt = prompt_len as u32;
+        let room = ctx_limit.saturating_sub(prompt);
+        let max_tokens = requested.unwrap_or_else(|| room.min(cap));
+        if prompt >= ctx_limit || max_tokens > room || max_tokens == 0 && room == 0 {
+            return Err(PrepareError::ContextLength {
+                limit: ctx_limit,
+                prompt,
+                max_tokens,
+            });
+        }
+        Ok(max_tokens)
+    }
+}
+
+fn nonempty(t: Vec<TokenId>) -> Result<Vec<TokenId>, PrepareError> {
+    if t.is_empty() {
+        Err(PrepareError::EmptyPrompt)
+    } else {
+        Ok(t)
+    }
+}
+
+fn render(
+    env: &Environment<'static>,
+    messages: &[TemplateMessage],
+    bos: &str,
+    eos: &str,
+) -> Result<String, PrepareError> {
+    let tmpl = env
+        .get_template("chat")
+        .map_err(|e| PrepareError::Template(e.to_string()))?;
+    tmpl.render(context! {
+        messages => messages,
+        add_generation_prompt => true,
+        bos_token => bos,
+        eos_token => eos,
+    })
+    .map_err(|e| PrepareError::Template(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn context_checks() {
+        assert_eq!(Preparer::resolve_max_tokens(10, Some(5), 100, 50), Ok(5));
+        assert_eq!(Preparer::resolve_max_tokens(10, None, 100, 50), Ok(50));
+        assert_eq!(Preparer::resolve_max_tokens(90, None, 100, 50), Ok(10));
+        assert!(matches!(
+            Preparer::resolve_max_tokens(90, Some(11), 100, 50),
+            Err(PrepareError::ContextLength { .. })
+        ));
+        assert!(Preparer::resolve_max_tokens(100, None, 100, 50).is_err());
+    }
+
+    #[test]
+    fn template_raise_exception_is_an_error_not_a_panic() {
+        let mut env = Environment::new();
+        env.add_function("raise_exception", raise_exception);
+        env.add_template_owned(
+            "chat",
+            "{{ raise_exception('no system role') }}".to_string(),
+        )
+        .unwrap();
+        let r = render(&env, &[], "", "");
+        assert!(matches!(r, Err(PrepareError::Template(m)) if m.contains("no system role")));
+    }
+
+    #[test]
+    fn fallback_chatml_renders() {
+        let mut env = Environment::new();
+        env.add_template_owned("chat", FALLBACK_TEMPLATE.to_string())
+            .unwrap();
+        let out = render(
+            &env,
+            &[TemplateMessage {
+                role: "user".into(),
+                content: "hi".into(),
+            }],
+            "",
+            "",
+        )
+        .unwrap();
+        assert_eq!(
+            out,
+            "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+        );
+    }
+}

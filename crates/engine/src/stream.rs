@@ -1,0 +1,97 @@
+//! The per-request outbox: events from the execution owner to one client.
+//!
+//! Owns: the receiving end of a bounded channel. Invariants: the owner only
+//! ever `try_send`s into it (never blocks on a client); when the channel is
+//! full, text deltas are coalesced in the sequence until there is room; the
+//! last event of every request is exactly one `Done` or `Error`. Dropping the
+//! [`RequestStream`] closes the channel, which the owner treats as a
+//! cancellation at its next step.
+
+use tokio::sync::mpsc;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishReason {
+    /// End-of-generation token or a stop string.
+    Stop,
+    /// `max_tokens` or the context limit.
+    Length,
+}
+
+impl FinishReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+        }
+    }
+}
+
+/// Milliseconds since arrival for each lifecycle point.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Timings {
+    pub tokenized_ms: f64,
+    pub admitted_ms: f64,
+    pub prefill_done_ms: f64,
+    pub first_token_ms: f64,
+    pub retired_ms: f64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finished {
+    pub reason: FinishReason,
+    pub prompt_tokens: u32,
+    pub completion_tokens: u32,
+    pub timings: Timings,
+}
+
+#[derive(Debug, Clone, thiserror::Error, PartialEq)]
+pub enum GenerationError {
+    #[error("the model runtime failed on this request's step: {0}")]
+    Runtime(String),
+    #[error("the server is shutting down")]
+    Shutdown,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// New text, and how many tokens produced it (0 is possible: a token may
+    /// complete nothing yet; several tokens may be coalesced into one event).
+    Text {
+        text: String,
+        tokens: u32,
+    },
+    Done(Finished),
+    Error(GenerationError),
+}
+
+/// The client's end of one request.
+#[derive(Debug)]
+pub struct RequestStream {
+    pub id: String,
+    rx: mpsc::Receiver<Event>,
+}
+
+impl RequestStream {
+    pub(crate) fn new(id: String, rx: mpsc::Receiver<Event>) -> Self {
+        RequestStream { id, rx }
+    }
+
+    /// Next event; `None` only if the engine vanished without a terminal
+    /// event (it never does on purpose).
+    pub async fn next(&mut self) -> Option<Event> {
+        self.rx.recv().await
+    }
+
+    /// Drain the stream into (text, finish) for a non-streaming answer.
+    pub async fn collect(mut self) -> Result<(String, Finished), GenerationError> {
+        let mut text = String::new();
+        while let Some(ev) = self.next().await {
+            match ev {
+                Event::Text { text: t, .. } => text.push_str(&t),
+                Event::Done(f) => return Ok((text, f)),
+                Event::Error(e) => return Err(e),
+            }
+        }
+        Err(GenerationError::Shutdown)
+    }
+}

@@ -1,0 +1,296 @@
+//! OpenAI wire types, serde only. Shared by the server (which parses and
+//! answers them) and the bench tool (which sends and reads them).
+//!
+//! Invariants: request types keep every field optional that OpenAI keeps
+//! optional, and accept (and ignore) unknown fields, as OpenAI's clients send
+//! fields a server may not know. Validation of values lives in the server,
+//! not here: these types only say what is on the wire.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// `stop`: a string or a list of strings.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(untagged)]
+pub enum StopSpec {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl StopSpec {
+    pub fn into_vec(self) -> Vec<String> {
+        match self {
+            StopSpec::One(s) => vec![s],
+            StopSpec::Many(v) => v,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+pub struct StreamOptions {
+    #[serde(default)]
+    pub include_usage: bool,
+}
+
+/// Sampling and limit fields shared by both generation endpoints.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+pub struct SamplingFields {
+    pub max_tokens: Option<i64>,
+    pub max_completion_tokens: Option<i64>,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    /// Extension (llama-server, vLLM): 0 disables.
+    pub top_k: Option<i64>,
+    /// Extension (llama-server, vLLM): 0 disables.
+    pub min_p: Option<f64>,
+    pub frequency_penalty: Option<f64>,
+    pub presence_penalty: Option<f64>,
+    /// Extension (llama-server, vLLM): 1 disables.
+    pub repetition_penalty: Option<f64>,
+    pub seed: Option<i64>,
+    pub stop: Option<StopSpec>,
+    #[serde(default)]
+    pub stream: bool,
+    pub stream_options: Option<StreamOptions>,
+    pub n: Option<i64>,
+    pub user: Option<String>,
+    pub logprobs: Option<Value>,
+    pub top_logprobs: Option<Value>,
+    pub logit_bias: Option<Value>,
+    /// Extension: return a `timings` object with the response.
+    #[serde(default)]
+    pub timings: bool,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct ChatMessage {
+    pub role: String,
+    #[serde(default)]
+    pub content: Option<MessageContent>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+/// Message content: a string, or a list of typed parts (only `text` parts
+/// are supported by a text model).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum MessageContent {
+    Text(String),
+    Parts(Vec<ContentPart>),
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct ContentPart {
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default)]
+    pub text: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct ChatCompletionRequest {
+    #[serde(default)]
+    pub model: Option<String>,
+    pub messages: Vec<ChatMessage>,
+    #[serde(flatten)]
+    pub sampling: SamplingFields,
+    pub tools: Option<Value>,
+    pub tool_choice: Option<Value>,
+    pub response_format: Option<Value>,
+}
+
+/// Legacy completions prompt: a string, a list with one string, or token IDs.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum PromptSpec {
+    Text(String),
+    Texts(Vec<String>),
+    Tokens(Vec<i64>),
+    TokenLists(Vec<Vec<i64>>),
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct CompletionRequest {
+    #[serde(default)]
+    pub model: Option<String>,
+    pub prompt: PromptSpec,
+    #[serde(flatten)]
+    pub sampling: SamplingFields,
+    pub echo: Option<bool>,
+    pub suffix: Option<String>,
+    pub best_of: Option<i64>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+pub struct Usage {
+    pub prompt_tokens: u32,
+    pub completion_tokens: u32,
+    pub total_tokens: u32,
+}
+
+/// Steward's per-request lifecycle, in milliseconds since arrival
+/// (returned when the request sets `"timings": true`).
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+pub struct Timings {
+    pub tokenized_ms: f64,
+    pub admitted_ms: f64,
+    pub prefill_done_ms: f64,
+    pub first_token_ms: f64,
+    pub retired_ms: f64,
+    pub queue_ms: f64,
+    pub prompt_tokens: u32,
+    pub completion_tokens: u32,
+    pub decode_tokens_per_s: f64,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct ResponseMessage {
+    pub role: String,
+    pub content: String,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct ChatChoice {
+    pub index: u32,
+    pub message: ResponseMessage,
+    pub finish_reason: Option<String>,
+    pub logprobs: Option<Value>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct ChatCompletionResponse {
+    pub id: String,
+    pub object: String,
+    pub created: u64,
+    pub model: String,
+    pub choices: Vec<ChatChoice>,
+    pub usage: Usage,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_fingerprint: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timings: Option<Timings>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+pub struct Delta {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct ChatChunkChoice {
+    pub index: u32,
+    pub delta: Delta,
+    pub finish_reason: Option<String>,
+    pub logprobs: Option<Value>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct ChatCompletionChunk {
+    pub id: String,
+    pub object: String,
+    pub created: u64,
+    pub model: String,
+    pub choices: Vec<ChatChunkChoice>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_fingerprint: Option<String>,
+    /// Present (and `null` except on the final usage chunk) when the client
+    /// asked for `stream_options.include_usage`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Option<Usage>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timings: Option<Timings>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct CompletionChoice {
+    pub index: u32,
+    pub text: String,
+    pub finish_reason: Option<String>,
+    pub logprobs: Option<Value>,
+}
+
+/// Both the final response and the streamed chunk of `/v1/completions`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct CompletionResponse {
+    pub id: String,
+    pub object: String,
+    pub created: u64,
+    pub model: String,
+    pub choices: Vec<CompletionChoice>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Option<Usage>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_fingerprint: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timings: Option<Timings>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct ModelCard {
+    pub id: String,
+    pub object: String,
+    pub created: u64,
+    pub owned_by: String,
+    /// Steward extension: the immutable model identity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<Value>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct ModelList {
+    pub object: String,
+    pub data: Vec<ModelCard>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+pub struct ErrorDetail {
+    pub message: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub param: Option<String>,
+    pub code: Option<String>,
+}
+
+/// `{"error": {"message", "type", "param", "code"}}`
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chat_request_accepts_unknown_fields_and_both_content_shapes() {
+        let r: ChatCompletionRequest = serde_json::from_str(
+            r#"{"model":"m","messages":[{"role":"user","content":"hi"},
+                {"role":"user","content":[{"type":"text","text":"yo"}]}],
+                "stop":"x","stream":true,"frobnicate":1}"#,
+        )
+        .unwrap();
+        assert_eq!(r.messages.len(), 2);
+        assert!(r.sampling.stream);
+        assert_eq!(r.sampling.stop, Some(StopSpec::One("x".into())));
+    }
+
+    #[test]
+    fn chunk_usage_serializes_null_when_requested() {
+        let c = ChatCompletionChunk {
+            id: "a".into(),
+            object: "chat.completion.chunk".into(),
+            created: 0,
+            model: "m".into(),
+            choices: vec![],
+            system_fingerprint: None,
+            usage: Some(None),
+            timings: None,
+        };
+        let v = serde_json::to_value(&c).unwrap();
+        assert!(v.get("usage").unwrap().is_null());
+    }
+}

@@ -1,0 +1,191 @@
+//! The one mapping from every failure to an HTTP status and an OpenAI-style
+//! error body (`{"error":{"message","type","param","code"}}`). The `code`
+//! doubles as the label of the failure metric.
+
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use steward_engine::{GenerationError, PrepareError, SubmitError};
+use steward_protocol::{ErrorBody, ErrorDetail};
+
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+    pub kind: &'static str,
+    pub param: Option<String>,
+    pub code: &'static str,
+    pub retry_after: Option<u32>,
+}
+
+impl ApiError {
+    pub fn invalid(message: impl Into<String>, param: Option<&str>) -> Self {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+            kind: "invalid_request_error",
+            param: param.map(str::to_string),
+            code: "invalid_request",
+            retry_after: None,
+        }
+    }
+
+    pub fn invalid_value(message: impl Into<String>, param: &str) -> Self {
+        ApiError {
+            code: "invalid_value",
+            ..Self::invalid(message, Some(param))
+        }
+    }
+
+    pub fn unsupported(message: impl Into<String>, param: &str) -> Self {
+        ApiError {
+            code: "unsupported_parameter",
+            ..Self::invalid(message, Some(param))
+        }
+    }
+
+    pub fn model_not_found(name: &str) -> Self {
+        ApiError {
+            status: StatusCode::NOT_FOUND,
+            message: format!("The model `{name}` does not exist or you do not have access to it."),
+            kind: "invalid_request_error",
+            param: Some("model".into()),
+            code: "model_not_found",
+            retry_after: None,
+        }
+    }
+
+    pub fn unauthorized() -> Self {
+        ApiError {
+            status: StatusCode::UNAUTHORIZED,
+            message: "Incorrect or missing API key. Send it as `Authorization: Bearer <key>`."
+                .into(),
+            kind: "authentication_error",
+            param: None,
+            code: "invalid_api_key",
+            retry_after: None,
+        }
+    }
+
+    pub fn not_found(path: &str) -> Self {
+        ApiError {
+            status: StatusCode::NOT_FOUND,
+            message: format!("Unknown route: {path}"),
+            kind: "invalid_request_error",
+            param: None,
+            code: "not_found",
+            retry_after: None,
+        }
+    }
+
+    pub fn method_not_allowed() -> Self {
+        ApiError {
+            status: StatusCode::METHOD_NOT_ALLOWED,
+            message: "Method not allowed for this route".into(),
+            kind: "invalid_request_error",
+            param: None,
+            code: "method_not_allowed",
+            retry_after: None,
+        }
+    }
+
+    fn overloaded(status: StatusCode, message: String, code: &'static str) -> Self {
+        ApiError {
+            status,
+            message,
+            kind: "server_error",
+            param: None,
+            code,
+            retry_after: Some(1),
+        }
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            message: message.into(),
+            kind: "server_error",
+            param: None,
+            code: "internal_error",
+            retry_after: None,
+        }
+    }
+
+    pub fn body(&self) -> ErrorBody {
+        ErrorBody {
+            error: ErrorDetail {
+                message: self.message.clone(),
+                kind: self.kind.to_string(),
+                param: self.param.clone(),
+                code: Some(self.code.to_string()),
+            },
+        }
+    }
+}
+
+impl From<PrepareError> for ApiError {
+    fn from(e: PrepareError) -> Self {
+        match e {
+            PrepareError::Busy(_) => Self::overloaded(
+                StatusCode::SERVICE_UNAVAILABLE,
+                e.to_string(),
+                "tokenizer_busy",
+            ),
+            PrepareError::ContextLength { .. } => ApiError {
+                code: "context_length_exceeded",
+                ..Self::invalid(e.to_string(), Some("messages"))
+            },
+            PrepareError::EmptyPrompt => Self::invalid(e.to_string(), Some("prompt")),
+            PrepareError::Template(_) => ApiError {
+                code: "template_error",
+                ..Self::invalid(e.to_string(), Some("messages"))
+            },
+            PrepareError::Stopped => Self::overloaded(
+                StatusCode::SERVICE_UNAVAILABLE,
+                e.to_string(),
+                "engine_stopped",
+            ),
+        }
+    }
+}
+
+impl From<SubmitError> for ApiError {
+    fn from(e: SubmitError) -> Self {
+        match e {
+            SubmitError::QueueFull(_) => {
+                Self::overloaded(StatusCode::TOO_MANY_REQUESTS, e.to_string(), "queue_full")
+            }
+            SubmitError::NotReady => {
+                Self::overloaded(StatusCode::SERVICE_UNAVAILABLE, e.to_string(), "not_ready")
+            }
+            SubmitError::Stopped => Self::overloaded(
+                StatusCode::SERVICE_UNAVAILABLE,
+                e.to_string(),
+                "engine_stopped",
+            ),
+        }
+    }
+}
+
+impl From<GenerationError> for ApiError {
+    fn from(e: GenerationError) -> Self {
+        match e {
+            GenerationError::Shutdown => Self::overloaded(
+                StatusCode::SERVICE_UNAVAILABLE,
+                e.to_string(),
+                "shutting_down",
+            ),
+            GenerationError::Runtime(_) => Self::internal(e.to_string()),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut resp = (self.status, axum::Json(self.body())).into_response();
+        if let Some(s) = self.retry_after {
+            resp.headers_mut()
+                .insert("retry-after", HeaderValue::from(s));
+        }
+        resp
+    }
+}

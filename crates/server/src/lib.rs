@@ -1,0 +1,464 @@
+//! Steward's HTTP layer: the router (`app()`, testable without a socket),
+//! routes, SSE framing, auth, metrics text. Every failure goes through
+//! `error::ApiError`, the one mapping to HTTP.
+//!
+//! A request's path here: validate wire → prepare (template + tokenize on the
+//! engine's bounded pool) → context check → submit (bounded inbox) → relay
+//! events as JSON or SSE. Dropping the response body (client gone) drops the
+//! `RequestStream`, which the engine treats as a cancellation.
+
+pub mod error;
+pub mod metrics;
+pub mod validate;
+
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use axum::body::Bytes;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use futures::Stream;
+use serde_json::json;
+use steward_engine::{EngineHandle, Event, FinishReason, Finished, GenerateRequest, Preparer};
+use steward_protocol as p;
+
+use crate::error::ApiError;
+use crate::validate::{GenSpec, PromptInput};
+
+pub struct AppState {
+    pub engine: EngineHandle,
+    pub api_key: Option<String>,
+    pub metrics: metrics::HttpMetrics,
+    next_seq: AtomicU64,
+}
+
+impl AppState {
+    pub fn new(engine: EngineHandle, api_key: Option<String>) -> Arc<Self> {
+        Arc::new(AppState {
+            engine,
+            api_key: api_key.filter(|k| !k.is_empty()),
+            metrics: metrics::HttpMetrics::default(),
+            next_seq: AtomicU64::new(1),
+        })
+    }
+}
+
+type Shared = Arc<AppState>;
+
+/// The router. `/health` and `/ready` answer without the API key and without
+/// touching the engine thread.
+pub fn app(state: Shared) -> Router {
+    let api = Router::new()
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/completions", post(completions))
+        .route("/v1/models", get(models))
+        .route("/metrics", get(metrics_text))
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), auth));
+    Router::new()
+        .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
+        .route("/ready", get(ready))
+        .merge(api)
+        .fallback(|req: Request| async move { ApiError::not_found(req.uri().path()) })
+        .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
+        .with_state(state)
+}
+
+fn ct_eq(a: &[u8], b: &[u8]) -> bool {
+    // Constant time in the key's length: no early exit on the first mismatch.
+    let mut diff = (a.len() != b.len()) as u8;
+    for i in 0..a.len().max(b.len()) {
+        diff |= a.get(i).copied().unwrap_or(0) ^ b.get(i).copied().unwrap_or(0xff);
+    }
+    diff == 0
+}
+
+async fn auth(State(s): State<Shared>, req: Request, next: Next) -> Response {
+    if let Some(key) = &s.api_key {
+        let given = req
+            .headers()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or("");
+        if !ct_eq(given.as_bytes(), key.as_bytes()) {
+            s.metrics.record_status(401);
+            return ApiError::unauthorized().into_response();
+        }
+    }
+    next.run(req).await
+}
+
+async fn ready(State(s): State<Shared>) -> Response {
+    let st = s.engine.stats();
+    if st.ready && !st.stopped {
+        Json(json!({"status": "ready"})).into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"status": if st.stopped { "stopped" } else { "loading" }})),
+        )
+            .into_response()
+    }
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+async fn models(State(s): State<Shared>) -> Json<p::ModelList> {
+    Json(p::ModelList {
+        object: "list".into(),
+        data: vec![p::ModelCard {
+            id: s.engine.config().served_name.clone(),
+            object: "model".into(),
+            created: now_secs(),
+            owned_by: "steward".into(),
+            identity: serde_json::to_value(s.engine.identity()).ok(),
+        }],
+    })
+}
+
+async fn metrics_text(State(s): State<Shared>) -> Response {
+    let body = metrics::render(&s.engine.stats(), &s.metrics);
+    ([("content-type", "text/plain; version=0.0.4")], body).into_response()
+}
+
+fn request_id(headers: &HeaderMap, prefix: &str, seq: u64) -> String {
+    headers
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty() && v.len() <= 128 && v.is_ascii())
+        .map(str::to_string)
+        .unwrap_or_else(|| format!("{prefix}-{:x}{:06x}", now_secs(), seq))
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Api {
+    Chat,
+    Completion,
+}
+
+async fn chat_completions(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
+    generate(s, headers, body, Api::Chat).await
+}
+
+async fn completions(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
+    generate(s, headers, body, Api::Completion).await
+}
+
+async fn generate(s: Shared, headers: HeaderMap, body: Bytes, api: Api) -> Response {
+    let arrival = Instant::now();
+    let seq = s.next_seq.fetch_add(1, Ordering::Relaxed);
+    let id = request_id(
+        &headers,
+        if api == Api::Chat { "chatcmpl" } else { "cmpl" },
+        seq,
+    );
+    let result = run(&s, &id, seq, body, api, arrival).await;
+    let mut resp = match result {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::info!(request_id = %id, status = e.status.as_u16(), code = e.code, "request rejected");
+            s.metrics.record_status(e.status.as_u16());
+            s.metrics.record_failure(e.code);
+            e.into_response()
+        }
+    };
+    if let Ok(v) = HeaderValue::from_str(&id) {
+        resp.headers_mut().insert("x-request-id", v);
+    }
+    resp
+}
+
+async fn run(
+    s: &Shared,
+    id: &str,
+    seq: u64,
+    body: Bytes,
+    api: Api,
+    arrival: Instant,
+) -> Result<Response, ApiError> {
+    let (spec, input) = match api {
+        Api::Chat => validate::chat(&body, seq)?,
+        Api::Completion => validate::completion(&body, seq, s.engine.preparer().n_vocab())?,
+    };
+    let served = &s.engine.config().served_name;
+    if let Some(m) = spec.model.as_deref() {
+        if !m.is_empty() && m != served {
+            return Err(ApiError::model_not_found(m));
+        }
+    }
+    let prompt = match input {
+        PromptInput::Chat(m) => s.engine.preparer().chat(m).await?,
+        PromptInput::Text(t) => s.engine.preparer().text(t).await?,
+        PromptInput::Tokens(t) => t,
+    };
+    let tokenized = Instant::now();
+    let max_tokens = Preparer::resolve_max_tokens(
+        prompt.len(),
+        spec.max_tokens,
+        s.engine.context_limit(),
+        s.engine.config().max_tokens_limit,
+    )?;
+    let stream = s.engine.submit(GenerateRequest {
+        id: id.to_string(),
+        prompt,
+        max_tokens,
+        sampling: spec.sampling.clone(),
+        stop: spec.stop.clone(),
+        arrival,
+        tokenized,
+    })?;
+    let ctx = ReplyCtx {
+        id: id.to_string(),
+        model: served.clone(),
+        created: now_secs(),
+        api,
+        spec,
+        arrival,
+    };
+    if ctx.spec.stream {
+        s.metrics.record_status(200);
+        Ok(sse_response(s.clone(), ctx, stream))
+    } else {
+        let (text, fin) = stream.collect().await.map_err(ApiError::from)?;
+        s.metrics.record_status(200);
+        s.metrics.observe_finished(&fin);
+        Ok(Json(ctx.full_response(text, &fin)).into_response())
+    }
+}
+
+struct ReplyCtx {
+    id: String,
+    model: String,
+    created: u64,
+    api: Api,
+    spec: GenSpec,
+    arrival: Instant,
+}
+
+fn usage(f: &Finished) -> p::Usage {
+    p::Usage {
+        prompt_tokens: f.prompt_tokens,
+        completion_tokens: f.completion_tokens,
+        total_tokens: f.prompt_tokens + f.completion_tokens,
+    }
+}
+
+fn timings(f: &Finished) -> p::Timings {
+    let t = &f.timings;
+    let decode_ms = (t.retired_ms - t.first_token_ms).max(0.0);
+    p::Timings {
+        tokenized_ms: t.tokenized_ms,
+        admitted_ms: t.admitted_ms,
+        prefill_done_ms: t.prefill_done_ms,
+        first_token_ms: t.first_token_ms,
+        retired_ms: t.retired_ms,
+        queue_ms: (t.admitted_ms - t.tokenized_ms).max(0.0),
+        prompt_tokens: f.prompt_tokens,
+        completion_tokens: f.completion_tokens,
+        decode_tokens_per_s: if decode_ms > 0.0 {
+            f64::from(f.completion_tokens.saturating_sub(1)) * 1e3 / decode_ms
+        } else {
+            0.0
+        },
+    }
+}
+
+fn finish_str(r: FinishReason) -> Option<String> {
+    Some(r.as_str().to_string())
+}
+
+impl ReplyCtx {
+    fn full_response(&self, text: String, f: &Finished) -> serde_json::Value {
+        let t = self.spec.timings.then(|| timings(f));
+        let v = match self.api {
+            Api::Chat => serde_json::to_value(p::ChatCompletionResponse {
+                id: self.id.clone(),
+                object: "chat.completion".into(),
+                created: self.created,
+                model: self.model.clone(),
+                choices: vec![p::ChatChoice {
+                    index: 0,
+                    message: p::ResponseMessage {
+                        role: "assistant".into(),
+                        content: text,
+                    },
+                    finish_reason: finish_str(f.reason),
+                    logprobs: None,
+                }],
+                usage: usage(f),
+                system_fingerprint: None,
+                timings: t,
+            }),
+            Api::Completion => serde_json::to_value(p::CompletionResponse {
+                id: self.id.clone(),
+                object: "text_completion".into(),
+                created: self.created,
+                model: self.model.clone(),
+                choices: vec![p::CompletionChoice {
+                    index: 0,
+                    text,
+                    finish_reason: finish_str(f.reason),
+                    logprobs: None,
+                }],
+                usage: Some(Some(usage(f))),
+                system_fingerprint: None,
+                timings: t,
+            }),
+        };
+        v.unwrap_or_default()
+    }
+
+    /// One streamed chunk: text delta, or the finish, or (choices empty) usage.
+    fn chunk(&self, text: Option<String>, finish: Option<&Finished>, role: bool) -> String {
+        let usage_field = self.spec.include_usage.then_some(None);
+        let v = match self.api {
+            Api::Chat => serde_json::to_value(p::ChatCompletionChunk {
+                id: self.id.clone(),
+                object: "chat.completion.chunk".into(),
+                created: self.created,
+                model: self.model.clone(),
+                choices: vec![p::ChatChunkChoice {
+                    index: 0,
+                    delta: p::Delta {
+                        role: role.then(|| "assistant".to_string()),
+                        content: text,
+                    },
+                    finish_reason: finish.and_then(|f| finish_str(f.reason)),
+                    logprobs: None,
+                }],
+                system_fingerprint: None,
+                usage: usage_field,
+                timings: None,
+            }),
+            Api::Completion => serde_json::to_value(p::CompletionResponse {
+                id: self.id.clone(),
+                object: "text_completion".into(),
+                created: self.created,
+                model: self.model.clone(),
+                choices: vec![p::CompletionChoice {
+                    index: 0,
+                    text: text.unwrap_or_default(),
+                    finish_reason: finish.and_then(|f| finish_str(f.reason)),
+                    logprobs: None,
+                }],
+                usage: usage_field,
+                system_fingerprint: None,
+                timings: None,
+            }),
+        };
+        v.map(|v| v.to_string()).unwrap_or_default()
+    }
+
+    fn usage_chunk(&self, f: &Finished) -> String {
+        let object = if self.api == Api::Chat {
+            "chat.completion.chunk"
+        } else {
+            "text_completion"
+        };
+        let mut v = json!({
+            "id": self.id, "object": object, "created": self.created,
+            "model": self.model, "choices": [], "usage": usage(f),
+        });
+        if self.spec.timings {
+            v["timings"] = serde_json::to_value(timings(f)).unwrap_or_default();
+        }
+        v.to_string()
+    }
+}
+
+/// Relay engine events as SSE. Keep-alive comments flow while the prompt is
+/// still being prefilled. The stream owns the `RequestStream`: when the
+/// client goes, axum drops it, and the engine cancels the request.
+fn sse_response(s: Shared, ctx: ReplyCtx, rx: steward_engine::RequestStream) -> Response {
+    struct St {
+        s: Shared,
+        ctx: ReplyCtx,
+        rx: steward_engine::RequestStream,
+        queue: std::collections::VecDeque<String>,
+        started: bool,
+        done: bool,
+    }
+    let st = St {
+        s,
+        ctx,
+        rx,
+        queue: Default::default(),
+        started: false,
+        done: false,
+    };
+    let stream = futures::stream::unfold(st, |mut st| async move {
+        loop {
+            if let Some(data) = st.queue.pop_front() {
+                return Some((Ok::<_, Infallible>(SseEvent::default().data(data)), st));
+            }
+            if st.done {
+                return None;
+            }
+            match st.rx.next().await {
+                Some(Event::Text { text, .. }) => {
+                    if !st.started && st.ctx.api == Api::Chat {
+                        st.queue
+                            .push_back(st.ctx.chunk(Some(String::new()), None, true));
+                    }
+                    if !st.started {
+                        st.started = true;
+                        let ms = st.ctx.arrival.elapsed().as_secs_f64();
+                        st.s.metrics.observe_first_text(ms);
+                    }
+                    st.queue.push_back(st.ctx.chunk(Some(text), None, false));
+                }
+                Some(Event::Done(f)) => {
+                    if !st.started && st.ctx.api == Api::Chat {
+                        st.queue
+                            .push_back(st.ctx.chunk(Some(String::new()), None, true));
+                    }
+                    st.queue.push_back(st.ctx.chunk(None, Some(&f), false));
+                    if st.ctx.spec.include_usage || st.ctx.spec.timings {
+                        st.queue.push_back(st.ctx.usage_chunk(&f));
+                    }
+                    st.queue.push_back("[DONE]".into());
+                    st.s.metrics.observe_finished(&f);
+                    st.done = true;
+                }
+                Some(Event::Error(e)) => {
+                    let api = ApiError::from(e);
+                    st.s.metrics.record_failure(api.code);
+                    st.queue
+                        .push_back(serde_json::to_string(&api.body()).unwrap_or_default());
+                    st.queue.push_back("[DONE]".into());
+                    st.done = true;
+                }
+                None => {
+                    let api = ApiError::internal("the engine ended this request without a result");
+                    st.queue
+                        .push_back(serde_json::to_string(&api.body()).unwrap_or_default());
+                    st.queue.push_back("[DONE]".into());
+                    st.done = true;
+                }
+            }
+        }
+    });
+    sse(stream)
+}
+
+fn sse(stream: impl Stream<Item = Result<SseEvent, Infallible>> + Send + 'static) -> Response {
+    Sse::new(stream)
+        .keep_alive(
+            KeepAlive::new()
+                .interval(std::time::Duration::from_secs(5))
+                .text("keep-alive"),
+        )
+        .into_response()
+}

@@ -1,0 +1,260 @@
+//! `steward`: the thin binary. `serve` runs the server, `fetch-model` caches
+//! the default model, `bench-runtime` measures the runtime adapter's own
+//! single-sequence decode speed (the ceiling: no HTTP, no scheduler).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use steward_engine::model::{LoadedModel, RuntimeParams};
+use steward_engine::{Engine, EngineConfig};
+
+#[derive(Parser)]
+#[command(
+    name = "steward",
+    version,
+    about = "An OpenAI-compatible LLM inference server on llama.cpp"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Serve a GGUF model over an OpenAI-compatible HTTP API.
+    Serve(ServeArgs),
+    /// Fetch (if missing) and verify the default model; print its path.
+    FetchModel,
+    /// Decode one sequence directly on the runtime adapter (no HTTP, no
+    /// scheduler) and print tokens/s: the ceiling for single-stream speed.
+    BenchRuntime(BenchRuntimeArgs),
+}
+
+#[derive(Args)]
+struct ModelArgs {
+    /// GGUF file to serve. Default: SmolLM2-135M-Instruct Q4_1, fetched into
+    /// the cache dir when missing.
+    #[arg(long, env = "STEWARD_MODEL")]
+    model: Option<PathBuf>,
+    /// Threads for decode and prompt steps (default: all cores).
+    #[arg(long, env = "STEWARD_THREADS")]
+    threads: Option<i32>,
+    /// Layers to offload to a GPU (CPU builds ignore it).
+    #[arg(long, default_value_t = 0)]
+    gpu_layers: u32,
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[arg(long, default_value = "127.0.0.1", env = "STEWARD_HOST")]
+    host: String,
+    #[arg(long, default_value_t = 8080, env = "STEWARD_PORT")]
+    port: u16,
+    /// Require `Authorization: Bearer <key>` on /v1 routes and /metrics.
+    #[arg(long, env = "STEWARD_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
+    /// Name clients use in the `model` field (default: the file's stem).
+    #[arg(long)]
+    served_model_name: Option<String>,
+    /// Concurrent sequences (continuous batch width).
+    #[arg(long, default_value_t = 32)]
+    max_seqs: usize,
+    /// KV cells per sequence: the context limit of one request.
+    #[arg(long, default_value_t = 4096)]
+    ctx_per_seq: u32,
+    /// Prompt tokens computed per step (chunked prefill).
+    #[arg(long, default_value_t = 256)]
+    prompt_budget: usize,
+    /// Sequences whose prompts may advance in one step.
+    #[arg(long, default_value_t = 4)]
+    max_prefill_seqs: usize,
+    /// llama.cpp micro-batch size.
+    #[arg(long, default_value_t = 512)]
+    ubatch: u32,
+    /// Submitted requests allowed to wait for a slot; more get 429.
+    #[arg(long, default_value_t = 256)]
+    max_waiting: usize,
+    /// Largest max_tokens accepted (and the default cap when absent).
+    #[arg(long, default_value_t = 4096)]
+    max_tokens_limit: u32,
+    /// Tokenizer pool threads.
+    #[arg(long, default_value_t = 1)]
+    tokenizer_threads: usize,
+    /// Tokenizer jobs allowed to wait; more get 503.
+    #[arg(long, default_value_t = 64)]
+    tokenizer_queue: usize,
+    /// Events buffered per request before text deltas are coalesced.
+    #[arg(long, default_value_t = 64)]
+    outbox_capacity: usize,
+    /// Use flash attention.
+    #[arg(long)]
+    flash_attn: bool,
+}
+
+#[derive(Args)]
+struct BenchRuntimeArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Tokens to decode.
+    #[arg(long, default_value_t = 128)]
+    tokens: usize,
+    /// Repetitions (the best and the median are printed).
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+}
+
+fn resolve_model(m: &Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    match m {
+        Some(p) => Ok(p.clone()),
+        None => Ok(steward_engine::fetch::ensure_default_model()?),
+    }
+}
+
+fn main() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("RUST_LOG").unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new("info,llama-cpp-2=warn,llama_cpp_2=warn")
+    });
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let r = match cli.cmd {
+        Cmd::Serve(a) => serve(a),
+        Cmd::FetchModel => resolve_model(&None).map(|p| println!("{}", p.display())),
+        Cmd::BenchRuntime(a) => bench_runtime(a),
+    };
+    if let Err(e) = r {
+        eprintln!("steward: error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn threads(t: Option<i32>) -> i32 {
+    t.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get() as i32)
+            .unwrap_or(2)
+    })
+}
+
+fn serve(a: ServeArgs) -> anyhow::Result<()> {
+    let path = resolve_model(&a.model.model)?;
+    let mut c = EngineConfig::new(path);
+    if let Some(n) = a.served_model_name {
+        c.served_name = n;
+    }
+    if a.max_seqs == 0 || a.max_seqs > 256 {
+        anyhow::bail!("--max-seqs must be between 1 and 256");
+    }
+    c.max_seqs = a.max_seqs;
+    c.ctx_per_seq = a.ctx_per_seq.max(16);
+    c.prompt_budget = a.prompt_budget.max(1);
+    c.max_prefill_seqs = a.max_prefill_seqs.max(1);
+    c.n_threads = threads(a.model.threads);
+    c.n_threads_batch = c.n_threads;
+    c.n_ubatch = a.ubatch.max(1);
+    c.max_waiting = a.max_waiting.max(1);
+    c.max_tokens_limit = a.max_tokens_limit.max(1);
+    c.tokenizer_threads = a.tokenizer_threads.max(1);
+    c.tokenizer_queue = a.tokenizer_queue.max(1);
+    c.outbox_capacity = a.outbox_capacity.max(2);
+    c.flash_attn = a.flash_attn;
+    c.n_gpu_layers = a.model.gpu_layers;
+    c.progress = true;
+    let addr: SocketAddr = format!("{}:{}", a.host, a.port)
+        .parse()
+        .with_context(|| format!("bad --host/--port: {}:{}", a.host, a.port))?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot listen on {addr}"))?;
+        let engine = tokio::task::spawn_blocking(move || Engine::start(c)).await??;
+        let state = steward_server::AppState::new(engine.clone(), a.api_key);
+        let app = steward_server::app(state);
+        tracing::info!(%addr, model = %engine.config().served_name, "listening (ready after warm-up)");
+        axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown_signal())
+            .await?;
+        tracing::info!("shut down");
+        anyhow::Ok(())
+    })
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        {
+            s.recv().await;
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+}
+
+fn bench_runtime(a: BenchRuntimeArgs) -> anyhow::Result<()> {
+    let path = resolve_model(&a.model.model)?;
+    let model = LoadedModel::load(&path, false, a.model.gpu_layers)?;
+    let n_threads = threads(a.model.threads);
+    let mut rt = model.new_runtime(&RuntimeParams {
+        n_seqs: 1,
+        ctx_per_seq: 1024,
+        n_batch: 512,
+        n_ubatch: 512,
+        n_threads,
+        n_threads_batch: n_threads,
+        flash_attn: false,
+    })?;
+    let prompt = model.tokenize(
+        "Write a short story about a lighthouse keeper.",
+        true,
+        false,
+    );
+    let mut rates = Vec::new();
+    for _ in 0..a.reps.max(1) {
+        rt.clear_slot(0);
+        rt.clear();
+        for (i, &t) in prompt.iter().enumerate() {
+            rt.push(t, i as u32, 0, i + 1 == prompt.len())?;
+        }
+        rt.decode()?;
+        let mut last = prompt.len() - 1;
+        let t0 = Instant::now();
+        for k in 0..a.tokens {
+            let l = rt.logits(last);
+            let mut best = 0;
+            for (i, v) in l.iter().enumerate() {
+                if *v > l[best] {
+                    best = i;
+                }
+            }
+            rt.clear();
+            rt.push(best as i32, (prompt.len() + k) as u32, 0, true)?;
+            rt.decode()?;
+            last = 0;
+        }
+        rates.push(a.tokens as f64 / t0.elapsed().as_secs_f64());
+    }
+    rates.sort_by(|a, b| a.total_cmp(b));
+    println!(
+        "{{\"threads\":{n_threads},\"tokens\":{},\"best_tok_s\":{:.1},\"median_tok_s\":{:.1}}}",
+        a.tokens,
+        rates[rates.len() - 1],
+        rates[rates.len() / 2]
+    );
+    Ok(())
+}

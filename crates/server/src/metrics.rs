@@ -1,0 +1,246 @@
+//! Prometheus text for `/metrics`: engine gauges and counters from the
+//! engine's `watch` snapshot, plus HTTP-side counters and histograms kept
+//! here. Every metric name is declared in this file.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::Mutex;
+
+use steward_engine::{EngineStats, Finished};
+
+const BUCKETS_S: [f64; 12] = [
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+
+#[derive(Default)]
+struct Histogram {
+    counts: [u64; BUCKETS_S.len()],
+    sum: f64,
+    n: u64,
+}
+
+impl Histogram {
+    fn observe(&mut self, v: f64) {
+        for (i, b) in BUCKETS_S.iter().enumerate() {
+            if v <= *b {
+                self.counts[i] += 1;
+            }
+        }
+        self.sum += v;
+        self.n += 1;
+    }
+    fn render(&self, out: &mut String, name: &str, help: &str) {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        for (i, b) in BUCKETS_S.iter().enumerate() {
+            let _ = writeln!(out, "{name}_bucket{{le=\"{b}\"}} {}", self.counts[i]);
+        }
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", self.n);
+        let _ = writeln!(out, "{name}_sum {}\n{name}_count {}", self.sum, self.n);
+    }
+}
+
+#[derive(Default)]
+struct Inner {
+    status: BTreeMap<u16, u64>,
+    failures: BTreeMap<&'static str, u64>,
+    finish: BTreeMap<&'static str, u64>,
+    ttft: Histogram,
+    first_text: Histogram,
+    e2e: Histogram,
+}
+
+/// HTTP-side counters (a mutex held for nanoseconds, off the engine thread).
+#[derive(Default)]
+pub struct HttpMetrics(Mutex<Inner>);
+
+impl HttpMetrics {
+    fn with(&self, f: impl FnOnce(&mut Inner)) {
+        if let Ok(mut g) = self.0.lock() {
+            f(&mut g)
+        }
+    }
+    pub fn record_status(&self, code: u16) {
+        self.with(|m| *m.status.entry(code).or_default() += 1);
+    }
+    pub fn record_failure(&self, code: &'static str) {
+        self.with(|m| *m.failures.entry(code).or_default() += 1);
+    }
+    pub fn observe_first_text(&self, secs: f64) {
+        self.with(|m| m.first_text.observe(secs));
+    }
+    pub fn observe_finished(&self, f: &Finished) {
+        self.with(|m| {
+            *m.finish.entry(f.reason.as_str()).or_default() += 1;
+            m.ttft.observe(f.timings.first_token_ms / 1e3);
+            m.e2e.observe(f.timings.retired_ms / 1e3);
+        });
+    }
+}
+
+pub fn render(e: &EngineStats, h: &HttpMetrics) -> String {
+    let mut o = String::new();
+    let g = |o: &mut String, name: &str, help: &str, kind: &str, v: f64| {
+        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
+    };
+    g(
+        &mut o,
+        "steward_ready",
+        "1 once the model is loaded and warmed up",
+        "gauge",
+        f64::from(u8::from(e.ready)),
+    );
+    g(
+        &mut o,
+        "steward_model_load_seconds",
+        "Model load time",
+        "gauge",
+        e.load_ms / 1e3,
+    );
+    g(
+        &mut o,
+        "steward_warmup_seconds",
+        "First-run warm-up step time",
+        "gauge",
+        e.warmup_ms / 1e3,
+    );
+    g(
+        &mut o,
+        "steward_requests_running",
+        "Sequences decoding",
+        "gauge",
+        e.running as f64,
+    );
+    g(
+        &mut o,
+        "steward_requests_prefilling",
+        "Sequences admitted, prompt not yet computed",
+        "gauge",
+        e.prefilling as f64,
+    );
+    g(
+        &mut o,
+        "steward_slots_total",
+        "Sequence slots",
+        "gauge",
+        e.slots_total as f64,
+    );
+    g(
+        &mut o,
+        "steward_kv_cells_used",
+        "KV cells held by live sequences",
+        "gauge",
+        e.kv_cells_used as f64,
+    );
+    g(
+        &mut o,
+        "steward_kv_cells_total",
+        "KV cells in the pool",
+        "gauge",
+        e.kv_cells_total as f64,
+    );
+    g(
+        &mut o,
+        "steward_kv_bytes_used",
+        "KV bytes held by live sequences",
+        "gauge",
+        (e.kv_cells_used * e.kv_bytes_per_cell) as f64,
+    );
+    g(
+        &mut o,
+        "steward_steps_total",
+        "Engine steps",
+        "counter",
+        e.steps as f64,
+    );
+    g(
+        &mut o,
+        "steward_prompt_tokens_total",
+        "Prompt tokens computed",
+        "counter",
+        e.prompt_tokens_total as f64,
+    );
+    g(
+        &mut o,
+        "steward_generation_tokens_total",
+        "Tokens generated",
+        "counter",
+        e.generated_tokens_total as f64,
+    );
+    g(
+        &mut o,
+        "steward_requests_finished_total",
+        "Requests finished",
+        "counter",
+        e.requests_finished as f64,
+    );
+    g(
+        &mut o,
+        "steward_requests_cancelled_total",
+        "Requests cancelled (client gone)",
+        "counter",
+        e.requests_cancelled as f64,
+    );
+    g(
+        &mut o,
+        "steward_requests_failed_total",
+        "Requests failed in the engine",
+        "counter",
+        e.requests_failed as f64,
+    );
+    g(
+        &mut o,
+        "steward_last_step_seconds",
+        "Duration of the last step",
+        "gauge",
+        e.last_step_ms / 1e3,
+    );
+    // vLLM-compatible names read by inference gateways.
+    g(
+        &mut o,
+        "vllm:num_requests_running",
+        "Running requests (vLLM name)",
+        "gauge",
+        (e.running + e.prefilling) as f64,
+    );
+    g(
+        &mut o,
+        "vllm:gpu_cache_usage_perc",
+        "KV usage fraction (vLLM name)",
+        "gauge",
+        if e.kv_cells_total > 0 {
+            e.kv_cells_used as f64 / e.kv_cells_total as f64
+        } else {
+            0.0
+        },
+    );
+    if let Ok(m) = h.0.lock() {
+        let _ = writeln!(o, "# HELP steward_http_responses_total HTTP responses by status\n# TYPE steward_http_responses_total counter");
+        for (k, v) in &m.status {
+            let _ = writeln!(o, "steward_http_responses_total{{status=\"{k}\"}} {v}");
+        }
+        let _ = writeln!(o, "# HELP steward_request_failures_total Failed requests by error code\n# TYPE steward_request_failures_total counter");
+        for (k, v) in &m.failures {
+            let _ = writeln!(o, "steward_request_failures_total{{code=\"{k}\"}} {v}");
+        }
+        let _ = writeln!(o, "# HELP steward_request_finish_total Finished requests by finish reason\n# TYPE steward_request_finish_total counter");
+        for (k, v) in &m.finish {
+            let _ = writeln!(o, "steward_request_finish_total{{reason=\"{k}\"}} {v}");
+        }
+        m.ttft.render(
+            &mut o,
+            "steward_time_to_first_token_seconds",
+            "Arrival to first sampled token",
+        );
+        m.first_text.render(
+            &mut o,
+            "steward_time_to_first_text_seconds",
+            "Arrival to first text handed to the transport",
+        );
+        m.e2e.render(
+            &mut o,
+            "steward_request_duration_seconds",
+            "Arrival to retirement",
+        );
+    }
+    o
+}

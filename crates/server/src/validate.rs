@@ -1,0 +1,452 @@
+//! Wire validation: body bytes → a checked request, or the `ApiError` that
+//! says exactly which field is wrong. Runs on the HTTP task, before any
+//! engine resource is touched.
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use steward_engine::prepare::TemplateMessage;
+use steward_engine::SamplingParams;
+use steward_protocol::{
+    ChatCompletionRequest, CompletionRequest, MessageContent, PromptSpec, SamplingFields,
+};
+
+use crate::error::ApiError;
+
+/// Settings shared by both endpoints, checked.
+#[derive(Debug, Clone)]
+pub struct GenSpec {
+    pub model: Option<String>,
+    pub sampling: SamplingParams,
+    pub max_tokens: Option<u32>,
+    pub stop: Vec<String>,
+    pub stream: bool,
+    pub include_usage: bool,
+    pub timings: bool,
+}
+
+pub enum PromptInput {
+    Chat(Vec<TemplateMessage>),
+    Text(String),
+    Tokens(Vec<i32>),
+}
+
+pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    let v: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::invalid(format!("Request body is not valid JSON: {e}"), None))?;
+    if !v.is_object() {
+        return Err(ApiError::invalid(
+            "Request body must be a JSON object",
+            None,
+        ));
+    }
+    serde_json::from_value(v).map_err(|e| {
+        let msg = e.to_string();
+        let param = msg
+            .split('`')
+            .nth(1)
+            .map(str::to_string)
+            .filter(|p| !p.is_empty());
+        ApiError::invalid(format!("Invalid request: {msg}"), param.as_deref())
+    })
+}
+
+fn range(v: Option<f64>, name: &str, lo: f64, hi: f64, default: f64) -> Result<f32, ApiError> {
+    match v {
+        None => Ok(default as f32),
+        Some(x) if x.is_finite() && x >= lo && x <= hi => Ok(x as f32),
+        Some(x) => Err(ApiError::invalid_value(
+            format!("`{name}` must be between {lo} and {hi}; got {x}"),
+            name,
+        )),
+    }
+}
+
+fn absent_or_false(v: &Option<Value>) -> bool {
+    matches!(v, None | Some(Value::Null) | Some(Value::Bool(false)))
+}
+
+fn fields(s: SamplingFields, request_seq: u64) -> Result<GenSpec, ApiError> {
+    if let Some(n) = s.n {
+        if n != 1 {
+            return Err(ApiError::unsupported(
+                format!("`n` = {n} is not supported yet; only n = 1"),
+                "n",
+            ));
+        }
+    }
+    if !absent_or_false(&s.logprobs) {
+        return Err(ApiError::unsupported(
+            "`logprobs` is not supported yet",
+            "logprobs",
+        ));
+    }
+    if !matches!(s.top_logprobs, None | Some(Value::Null)) {
+        return Err(ApiError::unsupported(
+            "`top_logprobs` is not supported yet",
+            "top_logprobs",
+        ));
+    }
+    match &s.logit_bias {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(m)) if m.is_empty() => {}
+        Some(_) => {
+            return Err(ApiError::unsupported(
+                "`logit_bias` is not supported yet",
+                "logit_bias",
+            ))
+        }
+    }
+    let temperature = range(s.temperature, "temperature", 0.0, 2.0, 1.0)?;
+    let top_p = range(s.top_p, "top_p", 0.0, 1.0, 1.0)?;
+    if top_p == 0.0 {
+        return Err(ApiError::invalid_value(
+            "`top_p` must be greater than 0",
+            "top_p",
+        ));
+    }
+    let min_p = range(s.min_p, "min_p", 0.0, 1.0, 0.0)?;
+    let frequency_penalty = range(s.frequency_penalty, "frequency_penalty", -2.0, 2.0, 0.0)?;
+    let presence_penalty = range(s.presence_penalty, "presence_penalty", -2.0, 2.0, 0.0)?;
+    let repetition_penalty = range(s.repetition_penalty, "repetition_penalty", 0.01, 10.0, 1.0)?;
+    let top_k = match s.top_k {
+        None | Some(-1) => 0,
+        Some(k) if (0..=100_000).contains(&k) => k as usize,
+        Some(k) => {
+            return Err(ApiError::invalid_value(
+                format!("`top_k` must be -1, 0 or positive; got {k}"),
+                "top_k",
+            ))
+        }
+    };
+    let max_tokens = match (s.max_completion_tokens, s.max_tokens) {
+        (Some(v), _) => Some((v, "max_completion_tokens")),
+        (None, Some(v)) => Some((v, "max_tokens")),
+        _ => None,
+    };
+    let max_tokens = match max_tokens {
+        None => None,
+        Some((v, name)) if (1..=i64::from(u32::MAX)).contains(&v) => {
+            let _ = name;
+            Some(v as u32)
+        }
+        Some((v, name)) => {
+            return Err(ApiError::invalid_value(
+                format!("`{name}` must be at least 1; got {v}"),
+                name,
+            ))
+        }
+    };
+    let stop = s.stop.map(|s| s.into_vec()).unwrap_or_default();
+    if stop.len() > 4 {
+        return Err(ApiError::invalid_value(
+            format!("`stop` takes at most 4 sequences; got {}", stop.len()),
+            "stop",
+        ));
+    }
+    if stop.iter().any(|s| s.is_empty()) {
+        return Err(ApiError::invalid_value(
+            "`stop` sequences must not be empty",
+            "stop",
+        ));
+    }
+    let seed = match s.seed {
+        Some(v) => v as u64,
+        None => fresh_seed(request_seq),
+    };
+    Ok(GenSpec {
+        model: None,
+        sampling: SamplingParams {
+            temperature,
+            top_p,
+            top_k,
+            min_p,
+            repetition_penalty,
+            frequency_penalty,
+            presence_penalty,
+            seed,
+        },
+        max_tokens,
+        stop,
+        stream: s.stream,
+        include_usage: s.stream_options.is_some_and(|o| o.include_usage),
+        timings: s.timings,
+    })
+}
+
+/// A seed for requests that give none: distinct per request.
+fn fresh_seed(request_seq: u64) -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(request_seq);
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    h.finish()
+}
+
+pub fn chat(body: &[u8], seq: u64) -> Result<(GenSpec, PromptInput), ApiError> {
+    let r: ChatCompletionRequest = parse_json(body)?;
+    if !matches!(r.tools, None | Some(Value::Null))
+        && r.tools
+            .as_ref()
+            .is_some_and(|t| t.as_array().is_none_or(|a| !a.is_empty()))
+    {
+        return Err(ApiError::unsupported(
+            "`tools` are not supported yet",
+            "tools",
+        ));
+    }
+    if let Some(rf) = &r.response_format {
+        let kind = rf.get("type").and_then(Value::as_str);
+        if !rf.is_null() && kind != Some("text") {
+            return Err(ApiError::unsupported(
+                "`response_format` other than {\"type\":\"text\"} is not supported yet",
+                "response_format",
+            ));
+        }
+    }
+    if r.messages.is_empty() {
+        return Err(ApiError::invalid(
+            "`messages` must contain at least one message",
+            Some("messages"),
+        ));
+    }
+    let mut messages = Vec::with_capacity(r.messages.len());
+    for (i, m) in r.messages.into_iter().enumerate() {
+        let param = format!("messages[{i}]");
+        if !matches!(
+            m.role.as_str(),
+            "system" | "user" | "assistant" | "developer"
+        ) {
+            return Err(ApiError::invalid_value(
+                format!(
+                    "{param}.role must be one of system, developer, user, assistant; got `{}`",
+                    m.role
+                ),
+                &format!("{param}.role"),
+            ));
+        }
+        let content = match m.content {
+            None => String::new(),
+            Some(MessageContent::Text(t)) => t,
+            Some(MessageContent::Parts(parts)) => {
+                let mut s = String::new();
+                for (j, p) in parts.into_iter().enumerate() {
+                    match (p.kind.as_str(), p.text) {
+                        ("text", Some(t)) => s.push_str(&t),
+                        (kind, _) => {
+                            return Err(ApiError::unsupported(
+                                format!("{param}.content[{j}]: content part type `{kind}` is not supported by this text model"),
+                                &format!("{param}.content"),
+                            ))
+                        }
+                    }
+                }
+                s
+            }
+        };
+        let role = if m.role == "developer" {
+            "system".to_string()
+        } else {
+            m.role
+        };
+        messages.push(TemplateMessage { role, content });
+    }
+    let mut spec = fields(r.sampling, seq)?;
+    spec.model = r.model;
+    Ok((spec, PromptInput::Chat(messages)))
+}
+
+pub fn completion(
+    body: &[u8],
+    seq: u64,
+    n_vocab: usize,
+) -> Result<(GenSpec, PromptInput), ApiError> {
+    let r: CompletionRequest = parse_json(body)?;
+    if r.echo == Some(true) {
+        return Err(ApiError::unsupported("`echo` is not supported yet", "echo"));
+    }
+    if r.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
+        return Err(ApiError::unsupported(
+            "`suffix` is not supported by this model",
+            "suffix",
+        ));
+    }
+    if r.best_of.is_some_and(|b| b != 1) {
+        return Err(ApiError::unsupported(
+            "`best_of` other than 1 is not supported",
+            "best_of",
+        ));
+    }
+    let tokens_ok = |t: &[i64]| -> Result<Vec<i32>, ApiError> {
+        if t.is_empty() {
+            return Err(ApiError::invalid(
+                "`prompt` must not be empty",
+                Some("prompt"),
+            ));
+        }
+        t.iter()
+            .map(|&x| {
+                if x >= 0 && (x as usize) < n_vocab {
+                    Ok(x as i32)
+                } else {
+                    Err(ApiError::invalid_value(
+                        format!("token {x} in `prompt` is outside the vocabulary (0..{n_vocab})"),
+                        "prompt",
+                    ))
+                }
+            })
+            .collect()
+    };
+    let one = || {
+        ApiError::unsupported(
+            "`prompt` with several prompts is not supported yet; send one prompt per request",
+            "prompt",
+        )
+    };
+    let input = match r.prompt {
+        PromptSpec::Text(s) => PromptInput::Text(s),
+        PromptSpec::Texts(v) if v.len() == 1 => {
+            PromptInput::Text(v.into_iter().next().unwrap_or_default())
+        }
+        PromptSpec::Texts(_) => return Err(one()),
+        PromptSpec::Tokens(t) => PromptInput::Tokens(tokens_ok(&t)?),
+        PromptSpec::TokenLists(v) if v.len() == 1 => PromptInput::Tokens(tokens_ok(&v[0])?),
+        PromptSpec::TokenLists(_) => return Err(one()),
+    };
+    if matches!(&input, PromptInput::Text(s) if s.is_empty()) {
+        return Err(ApiError::invalid(
+            "`prompt` must not be empty",
+            Some("prompt"),
+        ));
+    }
+    let mut spec = fields(r.sampling, seq)?;
+    spec.model = r.model;
+    Ok((spec, input))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chat_err(body: &str) -> ApiError {
+        match chat(body.as_bytes(), 1) {
+            Ok(_) => panic!("expected an error for {body}"),
+            Err(e) => e,
+        }
+    }
+
+    #[test]
+    fn bad_inputs_name_their_param() {
+        let cases = [
+            ("{", None, "invalid_request"),
+            ("[]", None, "invalid_request"),
+            (r#"{"messages":"hi"}"#, None, "invalid_request"),
+            (r#"{"messages":[]}"#, Some("messages"), "invalid_request"),
+            (
+                r#"{"messages":[{"role":"wizard","content":"x"}]}"#,
+                Some("messages[0].role"),
+                "invalid_value",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}],"temperature":3}"#,
+                Some("temperature"),
+                "invalid_value",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}],"temperature":"hot"}"#,
+                None,
+                "invalid_request",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}],"max_tokens":0}"#,
+                Some("max_tokens"),
+                "invalid_value",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}],"n":2}"#,
+                Some("n"),
+                "unsupported_parameter",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}],"top_p":0}"#,
+                Some("top_p"),
+                "invalid_value",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}],"stop":["a","b","c","d","e"]}"#,
+                Some("stop"),
+                "invalid_value",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}],"logprobs":true}"#,
+                Some("logprobs"),
+                "unsupported_parameter",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":[{"type":"image_url"}]}]}"#,
+                Some("messages[0].content"),
+                "unsupported_parameter",
+            ),
+        ];
+        for (body, param, code) in cases {
+            let e = chat_err(body);
+            assert_eq!(e.status, 400, "{body}");
+            assert_eq!(e.code, code, "{body}");
+            if param.is_some() {
+                assert_eq!(e.param.as_deref(), param, "{body}");
+            }
+        }
+    }
+
+    #[test]
+    fn good_chat_request_maps_fields() {
+        let (s, p) = chat(
+            br#"{"model":"m","messages":[{"role":"user","content":"x"}],"temperature":0,"max_completion_tokens":7,"seed":5,"stop":"Z","stream":true,"stream_options":{"include_usage":true}}"#,
+            1,
+        )
+        .ok()
+        .unwrap();
+        assert_eq!(s.sampling.temperature, 0.0);
+        assert_eq!(s.sampling.seed, 5);
+        assert_eq!(s.max_tokens, Some(7));
+        assert_eq!(s.stop, vec!["Z".to_string()]);
+        assert!(s.stream && s.include_usage);
+        assert!(matches!(p, PromptInput::Chat(m) if m.len() == 1));
+    }
+
+    #[test]
+    fn completion_prompt_shapes() {
+        assert!(completion(br#"{"prompt":"hi"}"#, 1, 10).is_ok());
+        assert!(completion(br#"{"prompt":[1,2,3]}"#, 1, 10).is_ok());
+        assert_eq!(
+            completion(br#"{"prompt":[1,99]}"#, 1, 10)
+                .err()
+                .unwrap()
+                .code,
+            "invalid_value"
+        );
+        assert_eq!(
+            completion(br#"{"prompt":["a","b"]}"#, 1, 10)
+                .err()
+                .unwrap()
+                .code,
+            "unsupported_parameter"
+        );
+        assert_eq!(
+            completion(br#"{"prompt":""}"#, 1, 10).err().unwrap().status,
+            400
+        );
+        assert_eq!(
+            completion(br#"{"prompt":"x","echo":true}"#, 1, 10)
+                .err()
+                .unwrap()
+                .param
+                .as_deref(),
+            Some("echo")
+        );
+    }
+}
