@@ -7,7 +7,8 @@
 //! assumed to be valid text by itself (a multi-byte character may be split
 //! across tokens); text that is, or may become, a stop string is never
 //! returned; once a stop string matched, nothing more is returned.
-//! `finish` flushes what is held (lossily, for a truncated byte sequence).
+//! `finish` flushes the held text and drops an unfinished trailing byte
+//! sequence (a character cut off by the end of generation).
 
 /// What one token (or the final flush) produced.
 #[derive(Debug, Default, PartialEq)]
@@ -60,10 +61,10 @@ impl StreamDetokenizer {
                 stopped: true,
             };
         }
-        if !self.pending_bytes.is_empty() {
-            let rest = std::mem::take(&mut self.pending_bytes);
-            self.held.push_str(&String::from_utf8_lossy(&rest));
-        }
+        // An incomplete UTF-8 sequence at the very end (generation stopped
+        // mid-character, e.g. at max_tokens) is not text: drop it rather
+        // than send U+FFFD.
+        self.pending_bytes.clear();
         self.release(true)
     }
 
@@ -180,9 +181,9 @@ mod tests {
     }
 
     #[test]
-    fn truncated_bytes_flush_lossily_at_finish() {
+    fn truncated_char_at_finish_is_dropped() {
         let (out, stopped) = run(&[], &[b"ab", &"😀".as_bytes()[..2]]);
-        assert_eq!(out, "ab\u{FFFD}");
+        assert_eq!(out, "ab");
         assert!(!stopped);
     }
 

@@ -195,6 +195,16 @@ impl EngineHandle {
             .min(self.shared.model.facts.n_ctx_train.max(1))
     }
 
+    /// The bytes a token renders as in output text.
+    pub fn token_bytes(&self, t: TokenId) -> &[u8] {
+        self.shared
+            .model
+            .token_bytes
+            .get(t as usize)
+            .map(|b| &b[..])
+            .unwrap_or(&[])
+    }
+
     /// Wait until the warm-up step has run (or the engine died).
     pub async fn wait_ready(&self) -> bool {
         let mut w = self.shared.stats.clone();

@@ -41,6 +41,8 @@ pub struct Finished {
     pub reason: FinishReason,
     pub prompt_tokens: u32,
     pub completion_tokens: u32,
+    /// Every sampled token, the end-of-generation token included.
+    pub output_tokens: Vec<crate::TokenId>,
     pub timings: Timings,
 }
 

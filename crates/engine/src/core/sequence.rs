@@ -31,6 +31,7 @@ pub(super) struct Sequence {
     computed: usize,
     pending: Option<TokenId>,
     generated: u32,
+    output: Vec<TokenId>,
     max_tokens: u32,
     ctx_limit: u32,
     sampler: Sampler,
@@ -59,6 +60,7 @@ impl Sequence {
             computed: 0,
             pending: None,
             generated: 0,
+            output: Vec::new(),
             max_tokens: r.max_tokens,
             ctx_limit,
             outbox: sub.outbox,
@@ -127,6 +129,7 @@ impl Sequence {
         let tok = self.sampler.sample(logits);
         self.sampler.accept(tok);
         self.generated += 1;
+        self.output.push(tok);
         if self.first_token.is_none() {
             self.first_token = Some(Instant::now());
         }
@@ -203,6 +206,7 @@ impl Sequence {
             reason,
             prompt_tokens: self.prompt.len() as u32,
             completion_tokens: self.generated,
+            output_tokens: std::mem::take(&mut self.output),
             timings: Timings {
                 tokenized_ms: ms(Some(self.tokenized)),
                 admitted_ms: ms(Some(self.admitted)),

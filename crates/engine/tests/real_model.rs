@@ -1,0 +1,242 @@
+//! Engine integration tests against the real default GGUF (SmolLM2-135M
+//! Instruct, Q4_1: a quantized model, so an AMX/SIGILL regression shows)
+//! through llama.cpp. Token counts are kept small: the machine is slow.
+
+use std::time::{Duration, Instant};
+
+use steward_engine::{
+    Engine, EngineConfig, EngineHandle, Event, Finished, GenerateRequest, SamplingParams, TokenId,
+};
+
+async fn engine(max_seqs: usize, budget: usize) -> EngineHandle {
+    let path = steward_engine::fetch::ensure_default_model().expect("default model");
+    let mut c = EngineConfig::new(path);
+    c.max_seqs = max_seqs;
+    c.ctx_per_seq = 1024;
+    c.prompt_budget = budget;
+    c.max_prefill_seqs = 8;
+    let h = Engine::start(c).expect("engine starts");
+    assert!(h.wait_ready().await);
+    h
+}
+
+fn greedy() -> SamplingParams {
+    SamplingParams {
+        temperature: 0.0,
+        ..Default::default()
+    }
+}
+
+async fn prompt_tokens(h: &EngineHandle, text: &str) -> Vec<TokenId> {
+    h.preparer()
+        .chat(vec![steward_engine::prepare::TemplateMessage {
+            role: "user".into(),
+            content: text.into(),
+        }])
+        .await
+        .unwrap()
+}
+
+fn request(prompt: Vec<TokenId>, max_tokens: u32, sampling: SamplingParams) -> GenerateRequest {
+    GenerateRequest {
+        id: "t".into(),
+        prompt,
+        max_tokens,
+        sampling,
+        stop: vec![],
+        arrival: Instant::now(),
+        tokenized: Instant::now(),
+    }
+}
+
+async fn run(h: &EngineHandle, r: GenerateRequest) -> (String, Finished) {
+    h.submit(r).unwrap().collect().await.unwrap()
+}
+
+const PROMPTS: [&str; 8] = [
+    "What is the capital of France?",
+    "Write a haiku about rain.",
+    "Count from one to ten.",
+    "Name three colors.",
+    "What is 2 + 2?",
+    "Describe a cat in one sentence.",
+    "Give me a word that rhymes with blue.",
+    "What day comes after Monday?",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn greedy_is_deterministic_and_batched_equals_solo() {
+    let h = engine(8, 64).await;
+    let mut solo = Vec::new();
+    for p in PROMPTS {
+        let toks = prompt_tokens(&h, p).await;
+        let (_, f) = run(&h, request(toks, 24, greedy())).await;
+        solo.push(f.output_tokens);
+    }
+    // Same request again, alone: identical.
+    let toks = prompt_tokens(&h, PROMPTS[0]).await;
+    let (_, again) = run(&h, request(toks, 24, greedy())).await;
+    assert_eq!(again.output_tokens, solo[0], "greedy output must repeat");
+    // All eight at once, in one continuous batch.
+    let mut streams = Vec::new();
+    for p in PROMPTS {
+        let toks = prompt_tokens(&h, p).await;
+        streams.push(h.submit(request(toks, 24, greedy())).unwrap());
+    }
+    let mut batched = Vec::new();
+    for s in streams {
+        batched.push(s.collect().await.unwrap().1.output_tokens);
+    }
+    for (i, (a, b)) in solo.iter().zip(&batched).enumerate() {
+        assert_eq!(a, b, "prompt {i}: batched tokens differ from solo");
+    }
+    assert!(h.stats().steps > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunked_prefill_equals_single_chunk() {
+    let text = "Summarize the following in one line: ".to_string()
+        + &"The quick brown fox jumps over the lazy dog. ".repeat(8);
+    let big = engine(2, 512).await;
+    let toks = prompt_tokens(&big, &text).await;
+    assert!(
+        toks.len() > 64,
+        "prompt long enough to chunk: {}",
+        toks.len()
+    );
+    let (_, one) = run(&big, request(toks.clone(), 16, greedy())).await;
+    drop(big);
+    let small = engine(2, 16).await;
+    let (_, chunked) = run(&small, request(toks, 16, greedy())).await;
+    assert_eq!(one.output_tokens, chunked.output_tokens);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seeded_sampling_is_independent_of_batch() {
+    let h = engine(8, 64).await;
+    let sampled = |seed| SamplingParams {
+        temperature: 0.9,
+        top_p: 0.95,
+        seed,
+        ..Default::default()
+    };
+    let toks = prompt_tokens(&h, "Tell me a story about a dragon.").await;
+    let (_, alone) = run(&h, request(toks.clone(), 20, sampled(1234))).await;
+    let mut others = Vec::new();
+    for (i, p) in PROMPTS.iter().enumerate().take(7) {
+        let t = prompt_tokens(&h, p).await;
+        others.push(h.submit(request(t, 20, sampled(i as u64))).unwrap());
+    }
+    let mine = h.submit(request(toks.clone(), 20, sampled(1234))).unwrap();
+    let (_, batched) = mine.collect().await.unwrap();
+    for o in others {
+        let _ = o.collect().await;
+    }
+    assert_eq!(alone.output_tokens, batched.output_tokens);
+    let (_, other_seed) = run(&h, request(toks, 20, sampled(999))).await;
+    assert_ne!(
+        alone.output_tokens, other_seed.output_tokens,
+        "a different seed should (almost surely) sample differently"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multibyte_text_streams_without_replacement_chars() {
+    let h = engine(2, 64).await;
+    for p in [
+        "Repeat exactly: 🎉🎉🎉 🚀🚀🚀 😀😀😀",
+        "请用中文回答：你好吗？",
+    ] {
+        let toks = prompt_tokens(&h, p).await;
+        let mut s = h.submit(request(toks, 24, greedy())).unwrap();
+        let mut text = String::new();
+        let mut pieces = 0;
+        loop {
+            match s.next().await.unwrap() {
+                Event::Text { text: t, .. } => {
+                    assert!(!t.contains('\u{FFFD}'), "replacement char in {t:?}");
+                    text.push_str(&t);
+                    pieces += 1;
+                }
+                Event::Done(_) => break,
+                Event::Error(e) => panic!("{e}"),
+            }
+        }
+        assert!(pieces > 0);
+        assert!(
+            text.chars().any(|c| c.len_utf8() > 1),
+            "expected multi-byte output for {p:?}, got {text:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_string_spanning_tokens_is_cut_exactly() {
+    let h = engine(2, 64).await;
+    let toks = prompt_tokens(&h, "Write a sentence about the sea.").await;
+    let (full, f) = run(&h, request(toks.clone(), 24, greedy())).await;
+    // Find a boundary between two tokens that both render text, and make a
+    // stop string of the last char of one and the first char of the next.
+    let pieces: Vec<String> = f
+        .output_tokens
+        .iter()
+        .map(|&t| String::from_utf8_lossy(h.token_bytes(t)).into_owned())
+        .collect();
+    let mut stop = None;
+    let mut offset = 0;
+    for i in 2..pieces.len().saturating_sub(1) {
+        offset += pieces[i - 1].len();
+        let (a, b) = (&pieces[i], &pieces[i + 1]);
+        if a.chars().count() >= 2 && !b.is_empty() {
+            let tail: String = a
+                .chars()
+                .rev()
+                .take(2)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect();
+            let head: String = b.chars().take(1).collect();
+            stop = Some(tail + &head);
+            break;
+        }
+    }
+    let _ = offset;
+    let stop = stop.expect("a token boundary to stop at");
+    let cut = full
+        .find(&stop)
+        .expect("stop string occurs in the full output");
+    let mut r = request(toks, 24, greedy());
+    r.stop = vec![stop.clone()];
+    let (stopped, f2) = run(&h, r).await;
+    assert_eq!(stopped, full[..cut], "stop {stop:?}");
+    assert_eq!(f2.reason, steward_engine::FinishReason::Stop);
+    assert!(!stopped.contains(&stop));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_stream_cancels_and_frees_the_slot() {
+    let h = engine(2, 64).await;
+    let toks = prompt_tokens(&h, "Write a long essay about oceans.").await;
+    let mut s = h.submit(request(toks.clone(), 200, greedy())).unwrap();
+    // Wait for the first text, then walk away.
+    loop {
+        if let Some(Event::Text { .. }) = s.next().await {
+            break;
+        }
+    }
+    drop(s);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let st = h.stats();
+        if st.requests_cancelled == 1 && st.running == 0 && st.kv_cells_used == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not retired: {st:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The engine still serves, and the slot is reusable.
+    let (_, f) = run(&h, request(toks, 4, greedy())).await;
+    assert_eq!(f.completion_tokens, 4);
+    assert_eq!(h.stats().requests_finished, 1);
+}
