@@ -1,0 +1,445 @@
+//! End-to-end HTTP tests: a real engine on the real default model, the real
+//! router on 127.0.0.1:0, a real HTTP client.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use steward_engine::{Engine, EngineConfig};
+
+struct Server {
+    base: String,
+    client: reqwest::Client,
+}
+
+async fn server_with(api_key: Option<&str>, tweak: impl FnOnce(&mut EngineConfig)) -> Server {
+    let path = steward_engine::fetch::ensure_default_model().expect("default model");
+    let mut c = EngineConfig::new(path);
+    c.served_name = "smol".into();
+    c.max_seqs = 4;
+    c.ctx_per_seq = 512;
+    c.prompt_budget = 64;
+    tweak(&mut c);
+    let engine = Engine::start(c).expect("engine");
+    assert!(engine.wait_ready().await);
+    let state = steward_server::AppState::new(engine, api_key.map(str::to_string));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        axum::serve(listener, steward_server::app(state))
+            .await
+            .unwrap();
+    });
+    Server {
+        base: format!("http://{addr}"),
+        client: reqwest::Client::new(),
+    }
+}
+
+async fn server() -> Server {
+    server_with(None, |_| {}).await
+}
+
+impl Server {
+    async fn post(&self, path: &str, body: &str) -> (u16, reqwest::header::HeaderMap, Value) {
+        let r = self
+            .client
+            .post(format!("{}{path}", self.base))
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        let headers = r.headers().clone();
+        let text = r.text().await.unwrap();
+        let v = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        (status, headers, v)
+    }
+
+    /// Stream and return (concatenated text, every parsed data payload).
+    async fn stream(&self, path: &str, body: Value) -> (String, Vec<Value>, bool) {
+        let r = self
+            .client
+            .post(format!("{}{path}", self.base))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        assert!(r.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream"));
+        let raw = r.text().await.unwrap();
+        let mut text = String::new();
+        let mut chunks = Vec::new();
+        let mut done = false;
+        for ev in raw.split("\n\n").filter(|e| !e.trim().is_empty()) {
+            let data = ev
+                .lines()
+                .find_map(|l| l.strip_prefix("data: "))
+                .unwrap_or_else(|| panic!("event without data: {ev:?}"));
+            if data == "[DONE]" {
+                done = true;
+                continue;
+            }
+            assert!(!done, "data after [DONE]");
+            let v: Value = serde_json::from_str(data).unwrap();
+            if let Some(c) = v["choices"][0]["delta"]["content"].as_str() {
+                text.push_str(c);
+            }
+            if let Some(c) = v["choices"][0]["text"].as_str() {
+                text.push_str(c);
+            }
+            chunks.push(v);
+        }
+        (text, chunks, done)
+    }
+
+    async fn metric(&self, name: &str) -> f64 {
+        let t = self
+            .client
+            .get(format!("{}/metrics", self.base))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        t.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("metric {name} missing"))
+    }
+}
+
+fn chat_body(content: &str, extra: Value) -> Value {
+    let mut b = json!({
+        "model": "smol",
+        "messages": [{"role": "user", "content": content}],
+        "temperature": 0,
+        "max_tokens": 16,
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        b[k] = v.clone();
+    }
+    b
+}
+
+fn assert_error(status: u16, v: &Value, want_status: u16, want_code: &str) {
+    assert_eq!(status, want_status, "{v}");
+    let e = &v["error"];
+    assert!(e["message"].as_str().is_some_and(|m| !m.is_empty()), "{v}");
+    assert!(e["type"].is_string(), "{v}");
+    assert!(e.get("param").is_some(), "{v}");
+    assert_eq!(e["code"], want_code, "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streamed_text_equals_non_streamed_for_both_endpoints() {
+    let s = server().await;
+    let body = chat_body("Name a fruit and describe it.", json!({}));
+    let (st, _, full) = s.post("/v1/chat/completions", &body.to_string()).await;
+    assert_eq!(st, 200, "{full}");
+    let want = full["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(!want.is_empty());
+    assert_eq!(full["object"], "chat.completion");
+    assert_eq!(full["usage"]["completion_tokens"], 16);
+    assert_eq!(full["choices"][0]["finish_reason"], "length");
+    let mut sb = body.clone();
+    sb["stream"] = json!(true);
+    sb["stream_options"] = json!({"include_usage": true});
+    let (text, chunks, done) = s.stream("/v1/chat/completions", sb).await;
+    assert!(done, "stream ends with [DONE]");
+    assert_eq!(text, want);
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    assert_eq!(chunks[0]["object"], "chat.completion.chunk");
+    let fin = &chunks[chunks.len() - 2];
+    assert_eq!(fin["choices"][0]["finish_reason"], "length");
+    let last = chunks.last().unwrap();
+    assert_eq!(last["choices"].as_array().unwrap().len(), 0);
+    assert_eq!(last["usage"]["completion_tokens"], 16);
+    assert!(
+        chunks[1]["usage"].is_null(),
+        "usage is null on content chunks"
+    );
+
+    let cb = json!({"prompt": "The capital of France is", "temperature": 0, "max_tokens": 12});
+    let (st, _, full) = s.post("/v1/completions", &cb.to_string()).await;
+    assert_eq!(st, 200, "{full}");
+    assert_eq!(full["object"], "text_completion");
+    let want = full["choices"][0]["text"].as_str().unwrap().to_string();
+    let mut cbs = cb.clone();
+    cbs["stream"] = json!(true);
+    let (text, _, done) = s.stream("/v1/completions", cbs).await;
+    assert!(done);
+    assert_eq!(text, want);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_strings_and_multibyte_over_http() {
+    let s = server().await;
+    let body = chat_body("Write a sentence about the sea.", json!({"max_tokens": 24}));
+    let (_, _, full) = s.post("/v1/chat/completions", &body.to_string()).await;
+    let text = full["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // A stop string from the middle of the text, several characters long.
+    let chars: Vec<char> = text.chars().collect();
+    assert!(chars.len() > 12, "{text}");
+    let stop: String = chars[8..11].iter().collect();
+    let cut = text.find(&stop).unwrap();
+    let sb = chat_body(
+        "Write a sentence about the sea.",
+        json!({"max_tokens": 24, "stop": [stop.clone(), "zzzzqq"], "stream": true}),
+    );
+    let (streamed, chunks, _) = s.stream("/v1/chat/completions", sb).await;
+    assert_eq!(streamed, text[..cut]);
+    assert_eq!(
+        chunks.last().unwrap()["choices"][0]["finish_reason"],
+        "stop"
+    );
+
+    let eb = chat_body(
+        "Repeat exactly: 🎉🎉🎉 🚀🚀🚀 漢字漢字",
+        json!({"stream": true, "max_tokens": 20}),
+    );
+    let (streamed, chunks, _) = s.stream("/v1/chat/completions", eb).await;
+    for c in &chunks {
+        if let Some(t) = c["choices"][0]["delta"]["content"].as_str() {
+            assert!(!t.contains('\u{FFFD}'), "U+FFFD in {t:?}");
+        }
+    }
+    assert!(streamed.chars().any(|c| c.len_utf8() > 1), "{streamed}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_bad_input_gets_an_openai_error() {
+    let s = server().await;
+    let c = "/v1/chat/completions";
+    let msgs = r#""messages":[{"role":"user","content":"hi"}]"#;
+    let cases: Vec<(&str, String, u16, &str)> = vec![
+        (c, "{not json".into(), 400, "invalid_request"),
+        (c, r#"{"messages":"hi"}"#.into(), 400, "invalid_request"),
+        (c, r#"{"messages":[]}"#.into(), 400, "invalid_request"),
+        (
+            c,
+            format!(r#"{{"model":"gpt-9",{msgs}}}"#),
+            404,
+            "model_not_found",
+        ),
+        (
+            c,
+            format!(r#"{{{msgs},"temperature":-1}}"#),
+            400,
+            "invalid_value",
+        ),
+        (c, format!(r#"{{{msgs},"top_p":7}}"#), 400, "invalid_value"),
+        (
+            c,
+            format!(r#"{{{msgs},"max_tokens":"many"}}"#),
+            400,
+            "invalid_request",
+        ),
+        (
+            c,
+            format!(r#"{{{msgs},"max_tokens":-3}}"#),
+            400,
+            "invalid_value",
+        ),
+        (
+            c,
+            format!(r#"{{{msgs},"n":3}}"#),
+            400,
+            "unsupported_parameter",
+        ),
+        (
+            c,
+            format!(r#"{{{msgs},"max_tokens":100000}}"#),
+            400,
+            "context_length_exceeded",
+        ),
+        (
+            c,
+            format!(
+                r#"{{"messages":[{{"role":"user","content":"{}"}}]}}"#,
+                "word ".repeat(600)
+            ),
+            400,
+            "context_length_exceeded",
+        ),
+        (
+            "/v1/completions",
+            r#"{"prompt":[1,2,99999999]}"#.into(),
+            400,
+            "invalid_value",
+        ),
+        (
+            "/v1/completions",
+            r#"{"prompt":""}"#.into(),
+            400,
+            "invalid_request",
+        ),
+        (
+            "/v1/completions",
+            r#"{"max_tokens":3}"#.into(),
+            400,
+            "invalid_request",
+        ),
+    ];
+    for (path, body, status, code) in cases {
+        let (st, _, v) = s.post(path, &body).await;
+        assert_error(st, &v, status, code);
+    }
+    // Unknown route and wrong method are errors in the same shape.
+    let (st, _, v) = s.post("/v1/nope", "{}").await;
+    assert_error(st, &v, 404, "not_found");
+    let r = s.client.get(format!("{}{c}", s.base)).send().await.unwrap();
+    let st = r.status().as_u16();
+    let v: Value = r.json().await.unwrap();
+    assert_error(st, &v, 405, "method_not_allowed");
+    // Nothing was left behind by the rejections.
+    let stats = s.metric("steward_kv_cells_used").await;
+    assert_eq!(stats, 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_key_guards_v1_but_not_health() {
+    let s = server_with(Some("sekret"), |_| {}).await;
+    let body = chat_body("hi", json!({"max_tokens": 2})).to_string();
+    let (st, _, v) = s.post("/v1/chat/completions", &body).await;
+    assert_error(st, &v, 401, "invalid_api_key");
+    let r = s
+        .client
+        .post(format!("{}/v1/chat/completions", s.base))
+        .header("authorization", "Bearer wrong")
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    let r = s
+        .client
+        .post(format!("{}/v1/chat/completions", s.base))
+        .header("authorization", "Bearer sekret")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    for path in ["/health", "/ready"] {
+        let r = s
+            .client
+            .get(format!("{}{path}", s.base))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{path}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn models_ready_and_request_id() {
+    let s = server().await;
+    let v: Value = s
+        .client
+        .get(format!("{}/v1/models", s.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["data"][0]["id"], "smol");
+    let id = &v["data"][0]["identity"];
+    assert_eq!(
+        id["weights_sha256"],
+        steward_engine::fetch::DEFAULT_MODEL_SHA256
+    );
+    assert_eq!(id["quantization"], "Q4_1");
+    assert_eq!(id["architecture"], "llama");
+    let r = s
+        .client
+        .post(format!("{}/v1/chat/completions", s.base))
+        .header("x-request-id", "my-req-42")
+        .json(&chat_body("hi", json!({"max_tokens": 2})))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.headers()["x-request-id"], "my-req-42");
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["id"], "my-req-42");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disconnect_mid_stream_is_cancelled_and_visible_in_metrics() {
+    let s = server().await;
+    let before = s.metric("steward_requests_cancelled_total").await;
+    let mut r = s
+        .client
+        .post(format!("{}/v1/chat/completions", s.base))
+        .json(&chat_body(
+            "Write a very long story.",
+            json!({"max_tokens": 400, "stream": true}),
+        ))
+        .send()
+        .await
+        .unwrap();
+    // Read one chunk, then hang up.
+    let first = r.chunk().await.unwrap();
+    assert!(first.is_some());
+    drop(r);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let c = s.metric("steward_requests_cancelled_total").await;
+        let running = s.metric("steward_requests_running").await;
+        if c == before + 1.0 && running == 0.0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "cancel not seen: {c} running {running}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(s.metric("steward_kv_cells_used").await, 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_queue_answers_429_with_retry_after() {
+    let s = server_with(None, |c| {
+        c.max_seqs = 1;
+        c.max_waiting = 1;
+    })
+    .await;
+    let body = chat_body("Write a long story.", json!({"max_tokens": 48})).to_string();
+    let mut tasks = Vec::new();
+    for _ in 0..6 {
+        let client = s.client.clone();
+        let url = format!("{}/v1/chat/completions", s.base);
+        let body = body.clone();
+        tasks.push(tokio::spawn(async move {
+            let r = client.post(url).body(body).send().await.unwrap();
+            let st = r.status().as_u16();
+            let ra = r.headers().get("retry-after").is_some();
+            let v: Value = r.json().await.unwrap();
+            (st, ra, v)
+        }));
+    }
+    let mut ok = 0;
+    let mut limited = 0;
+    for t in tasks {
+        let (st, ra, v) = t.await.unwrap();
+        match st {
+            200 => ok += 1,
+            429 => {
+                assert!(ra, "429 carries Retry-After");
+                assert_error(st, &v, 429, "queue_full");
+                limited += 1;
+            }
+            other => panic!("unexpected {other}: {v}"),
+        }
+    }
+    assert!(ok >= 1 && limited >= 1, "ok {ok} limited {limited}");
+}
