@@ -195,7 +195,8 @@ mod tests {
 
     #[test]
     fn stop_string_across_tokens_is_cut_exactly() {
-        let cases: &[(&[&str], &[&[u8]], &str, bool)] = &[
+        type Case<'a> = (&'a [&'a str], &'a [&'a [u8]], &'a str, bool);
+        let cases: &[Case] = &[
             (&["END"], &[b"hello E", b"N", b"D more"], "hello ", true),
             (&["END"], &[b"hello EN", b"X"], "hello ENX", false),
             (&["\n\n"], &[b"a\n", b"\nb"], "a", true),

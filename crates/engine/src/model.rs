@@ -237,7 +237,7 @@ impl LoadedModel {
     /// KV bytes one token of one sequence occupies (K and V, f16, all layers).
     pub fn kv_bytes_per_token(&self) -> u64 {
         let f = &self.facts;
-        let head_dim = if f.n_head > 0 { f.n_embd / f.n_head } else { 0 };
+        let head_dim = f.n_embd.checked_div(f.n_head).unwrap_or(0);
         2 * u64::from(f.n_layer) * u64::from(f.n_head_kv * head_dim) * 2
     }
 

@@ -1,0 +1,86 @@
+"""The official OpenAI Python client against Steward, unchanged.
+
+Prints the plain closing line '<N> passed, <M> failed'; exits non-zero on
+any failure.
+"""
+import sys
+
+import openai
+from openai import OpenAI
+
+base, key = sys.argv[1], sys.argv[2]
+client = OpenAI(base_url=base, api_key=key)
+results = []
+
+
+def check(name, fn):
+    try:
+        fn()
+        results.append(True)
+        print(f"ok   {name}")
+    except Exception as e:  # noqa: BLE001
+        results.append(False)
+        print(f"FAIL {name}: {e!r}")
+
+
+msgs = [{"role": "user", "content": "Name three colors."}]
+
+
+def non_stream():
+    r = client.chat.completions.create(model="smol", messages=msgs, max_tokens=12, temperature=0)
+    assert r.choices[0].message.role == "assistant"
+    assert r.choices[0].message.content, r
+    assert r.choices[0].finish_reason in ("stop", "length")
+    assert r.usage.completion_tokens > 0
+    return r.choices[0].message.content
+
+
+def stream():
+    want = non_stream()
+    got = []
+    usage = None
+    with client.chat.completions.create(
+        model="smol", messages=msgs, max_tokens=12, temperature=0, stream=True,
+        stream_options={"include_usage": True},
+    ) as s:
+        for chunk in s:
+            if chunk.usage is not None:
+                usage = chunk.usage
+            if chunk.choices and chunk.choices[0].delta.content:
+                got.append(chunk.choices[0].delta.content)
+    assert "".join(got) == want, ("".join(got), want)
+    assert usage is not None and usage.completion_tokens > 0
+
+
+def bad_request():
+    try:
+        client.chat.completions.create(model="smol", messages=msgs, temperature=5)
+    except openai.BadRequestError as e:
+        assert e.status_code == 400
+        return
+    raise AssertionError("expected BadRequestError")
+
+
+def wrong_key():
+    bad = OpenAI(base_url=base, api_key="nope", max_retries=0)
+    try:
+        bad.chat.completions.create(model="smol", messages=msgs, max_tokens=2)
+    except openai.AuthenticationError:
+        return
+    raise AssertionError("expected AuthenticationError")
+
+
+def models():
+    ids = [m.id for m in client.models.list()]
+    assert ids == ["smol"], ids
+
+
+check("chat non-streaming", non_stream)
+check("chat streaming equals non-streaming", stream)
+check("400 maps to BadRequestError", bad_request)
+check("401 maps to AuthenticationError", wrong_key)
+check("models.list", models)
+passed = sum(results)
+failed = len(results) - passed
+print(f"{passed} passed, {failed} failed")
+sys.exit(1 if failed else 0)

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The whole test suite: formatting, lints, unit + real-model + HTTP tests
+# (release build: the model runs in every tier), and the official OpenAI
+# Python client against a live server. Fetches the model when missing.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+./scripts/setup.sh
+echo "== cargo fmt --check"
+cargo fmt --all --check
+echo "== cargo clippy"
+cargo clippy --release --all-targets -- -D warnings
+cargo build --release --bins
+echo "== default model"
+./target/release/steward fetch-model
+echo "== cargo test"
+cargo test --release --workspace
+echo "== OpenAI Python client against steward serve"
+./scripts/openai_client_check.sh
