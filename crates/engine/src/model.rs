@@ -37,7 +37,7 @@ pub enum LoadError {
     Unreadable { path: String, reason: String },
     #[error("{0} is not a GGUF file (bad magic bytes)")]
     NotGguf(String),
-    #[error("llama.cpp could not load {0} (corrupt or unsupported GGUF; run with RUST_LOG=llama_cpp_2=info for the runtime's reason)")]
+    #[error("llama.cpp could not load {0} (corrupt or unsupported GGUF; run with RUST_LOG=llama-cpp-2=info for the runtime's reason)")]
     LoadFailed(String),
     #[error("llama.cpp backend init failed: {0}")]
     Backend(String),

@@ -116,9 +116,8 @@ fn resolve_model(m: &Option<PathBuf>) -> anyhow::Result<PathBuf> {
 }
 
 fn main() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("RUST_LOG").unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::new("info,llama-cpp-2=warn,llama_cpp_2=warn")
-    });
+    let filter = tracing_subscriber::EnvFilter::try_from_env("RUST_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,llama-cpp-2=off"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
