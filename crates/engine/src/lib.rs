@@ -96,6 +96,8 @@ pub struct GenerateRequest {
     pub max_tokens: u32,
     pub sampling: SamplingParams,
     pub stop: Vec<String>,
+    /// Never end on an end-of-generation token (they are masked out).
+    pub ignore_eos: bool,
     pub arrival: Instant,
     pub tokenized: Instant,
 }
@@ -187,6 +189,11 @@ impl EngineHandle {
     pub fn stats_watch(&self) -> watch::Receiver<EngineStats> {
         self.shared.stats.clone()
     }
+    /// Requests submitted and not yet admitted (the inbox's length).
+    pub fn waiting(&self) -> usize {
+        self.shared.inbox.max_capacity() - self.shared.inbox.capacity()
+    }
+
     /// Per-request context limit (prompt + completion).
     pub fn context_limit(&self) -> u32 {
         self.shared

@@ -97,6 +97,8 @@ pub struct LoadedModel {
     pub token_text_special: Vec<Box<[u8]>>,
     /// End-of-generation flags per token.
     pub eog: Vec<bool>,
+    /// The end-of-generation token IDs.
+    pub eog_ids: Vec<TokenId>,
 }
 
 fn check_gguf(path: &Path) -> Result<(), LoadError> {
@@ -206,12 +208,16 @@ impl LoadedModel {
             eos: tok_opt(vocab.eos()),
             add_bos: vocab.should_add_bos(),
         };
+        let eog_ids = (0..eog.len() as TokenId)
+            .filter(|&t| eog[t as usize])
+            .collect();
         Ok(LoadedModel {
             model,
             facts,
             token_bytes,
             token_text_special,
             eog,
+            eog_ids,
         })
     }
 

@@ -44,6 +44,7 @@ fn request(prompt: Vec<TokenId>, max_tokens: u32, sampling: SamplingParams) -> G
         max_tokens,
         sampling,
         stop: vec![],
+        ignore_eos: false,
         arrival: Instant::now(),
         tokenized: Instant::now(),
     }

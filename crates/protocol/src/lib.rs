@@ -57,6 +57,9 @@ pub struct SamplingFields {
     pub logprobs: Option<Value>,
     pub top_logprobs: Option<Value>,
     pub logit_bias: Option<Value>,
+    /// Extension (llama-server, vLLM): do not stop at end-of-generation.
+    #[serde(default)]
+    pub ignore_eos: bool,
     /// Extension: return a `timings` object with the response.
     #[serde(default)]
     pub timings: bool,

@@ -129,7 +129,7 @@ async fn models(State(s): State<Shared>) -> Json<p::ModelList> {
 }
 
 async fn metrics_text(State(s): State<Shared>) -> Response {
-    let body = metrics::render(&s.engine.stats(), &s.metrics);
+    let body = metrics::render(&s.engine.stats(), s.engine.waiting(), &s.metrics);
     ([("content-type", "text/plain; version=0.0.4")], body).into_response()
 }
 
@@ -216,6 +216,7 @@ async fn run(
         max_tokens,
         sampling: spec.sampling.clone(),
         stop: spec.stop.clone(),
+        ignore_eos: spec.ignore_eos,
         arrival,
         tokenized,
     })?;

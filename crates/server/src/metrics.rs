@@ -77,7 +77,7 @@ impl HttpMetrics {
     }
 }
 
-pub fn render(e: &EngineStats, h: &HttpMetrics) -> String {
+pub fn render(e: &EngineStats, waiting: usize, h: &HttpMetrics) -> String {
     let mut o = String::new();
     let g = |o: &mut String, name: &str, help: &str, kind: &str, v: f64| {
         let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
@@ -116,6 +116,20 @@ pub fn render(e: &EngineStats, h: &HttpMetrics) -> String {
         "Sequences admitted, prompt not yet computed",
         "gauge",
         e.prefilling as f64,
+    );
+    g(
+        &mut o,
+        "steward_requests_waiting",
+        "Requests queued for a slot",
+        "gauge",
+        waiting as f64,
+    );
+    g(
+        &mut o,
+        "vllm:num_requests_waiting",
+        "Waiting requests (vLLM name)",
+        "gauge",
+        waiting as f64,
     );
     g(
         &mut o,

@@ -22,6 +22,7 @@ pub struct GenSpec {
     pub stream: bool,
     pub include_usage: bool,
     pub timings: bool,
+    pub ignore_eos: bool,
 }
 
 pub enum PromptInput {
@@ -170,6 +171,7 @@ fn fields(s: SamplingFields, request_seq: u64) -> Result<GenSpec, ApiError> {
         stream: s.stream,
         include_usage: s.stream_options.is_some_and(|o| o.include_usage),
         timings: s.timings,
+        ignore_eos: s.ignore_eos,
     })
 }
 

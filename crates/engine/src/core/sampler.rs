@@ -137,9 +137,13 @@ impl Sampler {
         }
     }
 
-    pub fn sample(&mut self, logits: &[f32]) -> TokenId {
+    /// Pick the next token; `banned` tokens are never chosen.
+    pub fn sample(&mut self, logits: &[f32], banned: &[TokenId]) -> TokenId {
         let pen = self.has_penalties();
         let value = |s: &Self, i: usize| {
+            if !banned.is_empty() && banned.contains(&(i as TokenId)) {
+                return f32::NEG_INFINITY;
+            }
             let l = logits[i];
             if pen {
                 s.penalized(i as TokenId, l)
@@ -236,7 +240,7 @@ mod tests {
         let mut l = vec![0.0; 10];
         l[3] = 5.0;
         l[7] = 5.0;
-        assert_eq!(s.sample(&l), 3);
+        assert_eq!(s.sample(&l, &[]), 3);
     }
 
     #[test]
@@ -248,7 +252,9 @@ mod tests {
         };
         let draw = |seed| {
             let mut s = Sampler::new(p(seed), &[]);
-            (0..50).map(|_| s.sample(&logits())).collect::<Vec<_>>()
+            (0..50)
+                .map(|_| s.sample(&logits(), &[]))
+                .collect::<Vec<_>>()
         };
         assert_eq!(draw(7), draw(7));
         assert_ne!(draw(7), draw(8));
@@ -282,7 +288,7 @@ mod tests {
         ] {
             let mut s = Sampler::new(p, &[]);
             for _ in 0..20 {
-                assert_eq!(s.sample(&l), best);
+                assert_eq!(s.sample(&l, &[]), best);
             }
         }
     }
@@ -300,9 +306,9 @@ mod tests {
             },
             &[],
         );
-        assert_eq!(s.sample(&l), 0);
+        assert_eq!(s.sample(&l, &[]), 0);
         s.accept(0);
-        assert_eq!(s.sample(&l), 1);
+        assert_eq!(s.sample(&l, &[]), 1);
         let mut r = Sampler::new(
             SamplingParams {
                 temperature: 0.0,
@@ -311,7 +317,25 @@ mod tests {
             },
             &[0],
         );
-        assert_eq!(r.sample(&l), 1);
+        assert_eq!(r.sample(&l, &[]), 1);
+    }
+
+    #[test]
+    fn banned_tokens_are_never_chosen() {
+        let mut l = vec![0.0f32; 4];
+        l[2] = 9.0;
+        let mut g = Sampler::new(
+            SamplingParams {
+                temperature: 0.0,
+                ..Default::default()
+            },
+            &[],
+        );
+        assert_eq!(g.sample(&l, &[2]), 0);
+        let mut s = Sampler::new(SamplingParams::default(), &[]);
+        for _ in 0..200 {
+            assert_ne!(s.sample(&l, &[2]), 2);
+        }
     }
 
     #[test]
@@ -324,7 +348,7 @@ mod tests {
             },
             &[],
         );
-        let ones = (0..4000).filter(|_| s.sample(&l) == 1).count();
+        let ones = (0..4000).filter(|_| s.sample(&l, &[]) == 1).count();
         assert!((2800..3200).contains(&ones), "{ones}");
     }
 }

@@ -33,6 +33,7 @@ pub(super) struct Sequence {
     generated: u32,
     output: Vec<TokenId>,
     max_tokens: u32,
+    ignore_eos: bool,
     ctx_limit: u32,
     sampler: Sampler,
     detok: StreamDetokenizer,
@@ -62,6 +63,7 @@ impl Sequence {
             generated: 0,
             output: Vec::new(),
             max_tokens: r.max_tokens,
+            ignore_eos: r.ignore_eos,
             ctx_limit,
             outbox: sub.outbox,
             unsent: String::new(),
@@ -126,7 +128,8 @@ impl Sequence {
     /// After a step that produced logits for this sequence: pick the next
     /// token, detokenize, check the ends, queue text.
     pub fn sample_and_emit(&mut self, logits: &[f32], model: &LoadedModel) {
-        let tok = self.sampler.sample(logits);
+        let banned: &[TokenId] = if self.ignore_eos { &model.eog_ids } else { &[] };
+        let tok = self.sampler.sample(logits, banned);
         self.sampler.accept(tok);
         self.generated += 1;
         self.output.push(tok);
