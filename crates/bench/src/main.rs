@@ -666,8 +666,8 @@ fn cmd_compare_files(a: &str, b: &str) -> anyhow::Result<i32> {
 
 fn main() {
     let cli = Cli::parse();
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    // One thread: the client must stay light next to a server on few cores.
+    let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {

@@ -5,6 +5,7 @@
 //! submits (bounded inbox), and reads stats (a `watch` snapshot). Dropping a
 //! [`RequestStream`] cancels its request.
 
+pub mod ceiling;
 pub mod core;
 pub mod detok;
 pub mod fetch;

@@ -4,7 +4,6 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::Instant;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
@@ -106,6 +105,24 @@ struct BenchRuntimeArgs {
     /// Repetitions (the best and the median are printed).
     #[arg(long, default_value_t = 3)]
     reps: usize,
+    /// Sequence slots in the context (as `serve --max-seqs`).
+    #[arg(long, default_value_t = 1)]
+    slots: usize,
+    /// KV cells per slot.
+    #[arg(long, default_value_t = 1024)]
+    ctx_per_seq: u32,
+    /// llama.cpp micro-batch size.
+    #[arg(long, default_value_t = 512)]
+    batch: u32,
+    /// Sequences decoded in lockstep.
+    #[arg(long, default_value_t = 1)]
+    parallel: usize,
+    /// Prompt length per sequence.
+    #[arg(long, default_value_t = 16)]
+    prompt_tokens: usize,
+    /// Use flash attention.
+    #[arg(long)]
+    flash_attn: bool,
 }
 
 fn resolve_model(m: &Option<PathBuf>) -> anyhow::Result<PathBuf> {
@@ -209,51 +226,22 @@ fn bench_runtime(a: BenchRuntimeArgs) -> anyhow::Result<()> {
     let path = resolve_model(&a.model.model)?;
     let model = LoadedModel::load(&path, false, a.model.gpu_layers)?;
     let n_threads = threads(a.model.threads);
-    let mut rt = model.new_runtime(&RuntimeParams {
-        n_seqs: 1,
-        ctx_per_seq: 1024,
-        n_batch: 512,
-        n_ubatch: 512,
+    let parallel = a.parallel.max(1);
+    let params = RuntimeParams {
+        n_seqs: a.slots.max(parallel),
+        ctx_per_seq: a.ctx_per_seq.max((a.prompt_tokens + a.tokens + 8) as u32),
+        n_batch: a.batch.max(parallel as u32).max(a.prompt_tokens as u32),
+        n_ubatch: a.batch,
         n_threads,
         n_threads_batch: n_threads,
-        flash_attn: false,
-    })?;
-    let prompt = model.tokenize(
-        "Write a short story about a lighthouse keeper.",
-        true,
-        false,
-    );
-    let mut rates = Vec::new();
-    for _ in 0..a.reps.max(1) {
-        rt.clear_slot(0);
-        rt.clear();
-        for (i, &t) in prompt.iter().enumerate() {
-            rt.push(t, i as u32, 0, i + 1 == prompt.len())?;
-        }
-        rt.decode()?;
-        let mut last = prompt.len() - 1;
-        let t0 = Instant::now();
-        for k in 0..a.tokens {
-            let l = rt.logits(last);
-            let mut best = 0;
-            for (i, v) in l.iter().enumerate() {
-                if *v > l[best] {
-                    best = i;
-                }
-            }
-            rt.clear();
-            rt.push(best as i32, (prompt.len() + k) as u32, 0, true)?;
-            rt.decode()?;
-            last = 0;
-        }
-        rates.push(a.tokens as f64 / t0.elapsed().as_secs_f64());
-    }
-    rates.sort_by(|a, b| a.total_cmp(b));
-    println!(
-        "{{\"threads\":{n_threads},\"tokens\":{},\"best_tok_s\":{:.1},\"median_tok_s\":{:.1}}}",
-        a.tokens,
-        rates[rates.len() - 1],
-        rates[rates.len() / 2]
-    );
+        flash_attn: a.flash_attn,
+    };
+    let r =
+        steward_engine::ceiling::run(&model, &params, parallel, a.prompt_tokens, a.tokens, a.reps)?;
+    let mut v = serde_json::to_value(&r)?;
+    v["threads"] = n_threads.into();
+    v["ubatch"] = a.batch.into();
+    v["flash_attn"] = a.flash_attn.into();
+    println!("{v}");
     Ok(())
 }

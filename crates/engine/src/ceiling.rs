@@ -1,0 +1,90 @@
+//! The runtime's own ceiling: N sequences decoded in lockstep straight on the
+//! runtime adapter (greedy argmax, no scheduler, no sampler chain, no HTTP).
+//! What Steward's step loop and transport are measured against.
+
+use std::time::Instant;
+
+use crate::model::{LoadedModel, RuntimeParams, StepError};
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CeilingResult {
+    pub parallel: usize,
+    pub prompt_tokens: usize,
+    pub decode_steps: usize,
+    /// Aggregate decode tokens/s per repetition, sorted ascending.
+    pub decode_tok_s: Vec<f64>,
+    /// Prompt tokens/s of the (single-batch) prefill per repetition.
+    pub prefill_tok_s: Vec<f64>,
+    pub ms_per_step_median: f64,
+}
+
+fn argmax(l: &[f32]) -> i32 {
+    let mut best = 0;
+    for (i, v) in l.iter().enumerate() {
+        if *v > l[best] {
+            best = i;
+        }
+    }
+    best as i32
+}
+
+/// Prefill `parallel` copies of a ~`prompt_tokens` prompt (one sequence per
+/// step), then decode `steps` tokens for all of them in lockstep.
+pub fn run(
+    model: &LoadedModel,
+    params: &RuntimeParams,
+    parallel: usize,
+    prompt_tokens: usize,
+    steps: usize,
+    reps: usize,
+) -> Result<CeilingResult, StepError> {
+    let mut rt = model
+        .new_runtime(params)
+        .map_err(|e| StepError::Decode(e.to_string()))?;
+    let base = "The lighthouse keeper climbed the stairs at dusk and watched the sea. ";
+    let mut prompt = model.tokenize(&base.repeat(prompt_tokens / 12 + 1), true, false);
+    prompt.truncate(prompt_tokens.max(1));
+    let mut decode = Vec::new();
+    let mut prefill = Vec::new();
+    for _ in 0..reps.max(1) {
+        let mut next = vec![0i32; parallel];
+        let t = Instant::now();
+        for (s, n) in next.iter_mut().enumerate() {
+            rt.clear_slot(s);
+            rt.clear();
+            let mut row = 0;
+            for (i, &tok) in prompt.iter().enumerate() {
+                row = rt.push(tok, i as u32, s, i + 1 == prompt.len())?;
+            }
+            rt.decode()?;
+            *n = argmax(rt.logits(row));
+        }
+        prefill.push((prompt.len() * parallel) as f64 / t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        for k in 0..steps {
+            rt.clear();
+            for (s, &tok) in next.iter().enumerate() {
+                rt.push(tok, (prompt.len() + k) as u32, s, true)?;
+            }
+            rt.decode()?;
+            for (s, n) in next.iter_mut().enumerate() {
+                *n = argmax(rt.logits(s));
+            }
+        }
+        decode.push((steps * parallel) as f64 / t.elapsed().as_secs_f64());
+    }
+    for s in 0..parallel {
+        rt.clear_slot(s);
+    }
+    decode.sort_by(|a, b| a.total_cmp(b));
+    prefill.sort_by(|a, b| a.total_cmp(b));
+    let med = decode[decode.len() / 2];
+    Ok(CeilingResult {
+        parallel,
+        prompt_tokens: prompt.len(),
+        decode_steps: steps,
+        ms_per_step_median: 1e3 * parallel as f64 / med,
+        decode_tok_s: decode,
+        prefill_tok_s: prefill,
+    })
+}
