@@ -31,7 +31,7 @@ impl ModelIdentity {
     pub fn compute(path: &Path, model: &LoadedModel) -> Result<Self, LoadError> {
         let weights_sha256 = cached_file_sha256(path)?;
         let mut v = Sha256::new();
-        for (i, b) in model.token_text_special.iter().enumerate() {
+        for (i, b) in model.vocab.token_text_special.iter().enumerate() {
             v.update((i as u32).to_le_bytes());
             v.update((b.len() as u32).to_le_bytes());
             v.update(b);

@@ -40,6 +40,14 @@ pub struct EngineConfig {
     /// Prompt tokens per step (chunked prefill).
     pub prompt_budget: usize,
     pub max_prefill_seqs: usize,
+    /// Sequences that may decode in one step.
+    pub max_decode_seqs: usize,
+    /// Derive the prompt budget from this step-time target (ms), learned
+    /// from measured step costs; `prompt_budget` is then the maximum.
+    pub target_step_ms: Option<f64>,
+    pub min_prompt_budget: usize,
+    /// Longest a request may wait for a slot (None: no limit).
+    pub queue_timeout: Option<std::time::Duration>,
     pub n_threads: i32,
     pub n_threads_batch: i32,
     pub n_ubatch: u32,
@@ -74,6 +82,10 @@ impl EngineConfig {
             ctx_per_seq: 4096,
             prompt_budget: 256,
             max_prefill_seqs: 4,
+            max_decode_seqs: 32,
+            target_step_ms: None,
+            min_prompt_budget: 16,
+            queue_timeout: None,
             n_threads: cores,
             n_threads_batch: cores,
             n_ubatch: 512,
@@ -123,6 +135,7 @@ struct Shared {
     preparer: Preparer,
     inbox: mpsc::Sender<Command>,
     stats: watch::Receiver<EngineStats>,
+    queued: Arc<std::sync::atomic::AtomicUsize>,
     model: Arc<model::LoadedModel>,
 }
 
@@ -155,11 +168,15 @@ impl Engine {
         let preparer = Preparer::new(model.clone(), &config);
         let (inbox_tx, inbox_rx) = mpsc::channel(config.max_waiting.max(1));
         let (stats_tx, stats_rx) = watch::channel(EngineStats::starting(&config, load_ms));
+        let queued = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         core::spawn(core::OwnerArgs {
             model: model.clone(),
-            config: config.clone(),
-            inbox: inbox_rx,
-            stats: stats_tx,
+            parts: core::OwnerParts {
+                config: config.clone(),
+                inbox: inbox_rx,
+                stats: stats_tx,
+                queued: queued.clone(),
+            },
         })?;
         Ok(EngineHandle {
             shared: Arc::new(Shared {
@@ -168,6 +185,7 @@ impl Engine {
                 preparer,
                 inbox: inbox_tx,
                 stats: stats_rx,
+                queued,
                 model,
             }),
         })
@@ -192,7 +210,9 @@ impl EngineHandle {
     }
     /// Requests submitted and not yet admitted (the inbox's length).
     pub fn waiting(&self) -> usize {
-        self.shared.inbox.max_capacity() - self.shared.inbox.capacity()
+        self.shared
+            .queued
+            .load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Per-request context limit (prompt + completion).
@@ -205,12 +225,7 @@ impl EngineHandle {
 
     /// The bytes a token renders as in output text.
     pub fn token_bytes(&self, t: TokenId) -> &[u8] {
-        self.shared
-            .model
-            .token_bytes
-            .get(t as usize)
-            .map(|b| &b[..])
-            .unwrap_or(&[])
+        self.shared.model.vocab.bytes(t)
     }
 
     /// Wait until the warm-up step has run (or the engine died).
@@ -238,15 +253,25 @@ impl EngineHandle {
         if !self.shared.stats.borrow().ready {
             return Err(SubmitError::NotReady);
         }
+        use std::sync::atomic::Ordering;
+        let max = self.shared.config.max_waiting;
+        // The waiting bound covers the inbox and the owner's queue together.
+        if self.shared.queued.fetch_add(1, Ordering::AcqRel) >= max {
+            self.shared.queued.fetch_sub(1, Ordering::AcqRel);
+            return Err(SubmitError::QueueFull(max));
+        }
         let (tx, rx) = mpsc::channel(self.shared.config.outbox_capacity.max(2));
         let id = req.id.clone();
         let sub = core::Submission { req, outbox: tx };
         match self.shared.inbox.try_send(Command::Submit(Box::new(sub))) {
             Ok(()) => Ok(RequestStream::new(id, rx)),
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                Err(SubmitError::QueueFull(self.shared.config.max_waiting))
+            Err(e) => {
+                self.shared.queued.fetch_sub(1, Ordering::AcqRel);
+                Err(match e {
+                    mpsc::error::TrySendError::Full(_) => SubmitError::QueueFull(max),
+                    mpsc::error::TrySendError::Closed(_) => SubmitError::Stopped,
+                })
             }
-            Err(mpsc::error::TrySendError::Closed(_)) => Err(SubmitError::Stopped),
         }
     }
 }

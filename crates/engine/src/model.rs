@@ -87,10 +87,10 @@ pub struct ModelFacts {
     pub add_bos: bool,
 }
 
-/// A loaded GGUF: weights plus immutable vocabulary tables.
-pub struct LoadedModel {
-    model: LlamaModel,
-    pub facts: ModelFacts,
+/// Immutable per-token tables, shared by `Arc` with the execution owner
+/// (and built by hand for the fake backend in unit tests).
+#[derive(Debug, Default)]
+pub struct Vocab {
     /// Bytes of each token as output text (control tokens render as nothing).
     pub token_bytes: Vec<Box<[u8]>>,
     /// Bytes of each token with special tokens rendered (for templates).
@@ -99,6 +99,25 @@ pub struct LoadedModel {
     pub eog: Vec<bool>,
     /// The end-of-generation token IDs.
     pub eog_ids: Vec<TokenId>,
+}
+
+impl Vocab {
+    pub fn bytes(&self, t: TokenId) -> &[u8] {
+        self.token_bytes
+            .get(t as usize)
+            .map(|b| &b[..])
+            .unwrap_or(&[])
+    }
+    pub fn is_eog(&self, t: TokenId) -> bool {
+        self.eog.get(t as usize).copied().unwrap_or(false)
+    }
+}
+
+/// A loaded GGUF: weights plus immutable vocabulary tables.
+pub struct LoadedModel {
+    model: LlamaModel,
+    pub facts: ModelFacts,
+    pub vocab: std::sync::Arc<Vocab>,
 }
 
 fn check_gguf(path: &Path) -> Result<(), LoadError> {
@@ -214,10 +233,12 @@ impl LoadedModel {
         Ok(LoadedModel {
             model,
             facts,
-            token_bytes,
-            token_text_special,
-            eog,
-            eog_ids,
+            vocab: std::sync::Arc::new(Vocab {
+                token_bytes,
+                token_text_special,
+                eog,
+                eog_ids,
+            }),
         })
     }
 

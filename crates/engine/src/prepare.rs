@@ -78,7 +78,7 @@ impl Preparer {
             let _ = env.add_template_owned("chat", FALLBACK_TEMPLATE.to_string());
         }
         let text_of = |t: Option<TokenId>| {
-            t.and_then(|t| model.token_text_special.get(t as usize))
+            t.and_then(|t| model.vocab.token_text_special.get(t as usize))
                 .map(|b| String::from_utf8_lossy(b).into_owned())
                 .unwrap_or_default()
         };

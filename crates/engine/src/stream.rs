@@ -52,10 +52,14 @@ pub enum GenerationError {
     Runtime(String),
     #[error("the server is shutting down")]
     Shutdown,
+    #[error("the request waited {0:.1} s in the queue without getting a slot")]
+    QueueTimeout(f64),
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
+    /// The request got a slot and its reservation (sent once, first).
+    Admitted,
     /// New text, and how many tokens produced it (0 is possible: a token may
     /// complete nothing yet; several tokens may be coalesced into one event).
     Text {
@@ -89,6 +93,7 @@ impl RequestStream {
         let mut text = String::new();
         while let Some(ev) = self.next().await {
             match ev {
+                Event::Admitted => {}
                 Event::Text { text: t, .. } => text.push_str(&t),
                 Event::Done(f) => return Ok((text, f)),
                 Event::Error(e) => return Err(e),

@@ -175,6 +175,11 @@ impl From<GenerationError> for ApiError {
                 "shutting_down",
             ),
             GenerationError::Runtime(_) => Self::internal(e.to_string()),
+            GenerationError::QueueTimeout(_) => Self::overloaded(
+                StatusCode::SERVICE_UNAVAILABLE,
+                e.to_string(),
+                "queue_timeout",
+            ),
         }
     }
 }

@@ -24,7 +24,6 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use futures::Stream;
 use serde_json::json;
 use steward_engine::{EngineHandle, Event, FinishReason, Finished, GenerateRequest, Preparer};
 use steward_protocol as p;
@@ -36,15 +35,26 @@ pub struct AppState {
     pub engine: EngineHandle,
     pub api_key: Option<String>,
     pub metrics: metrics::HttpMetrics,
+    /// Interval of SSE comment pings while a stream has nothing to send.
+    pub sse_keepalive: std::time::Duration,
     next_seq: AtomicU64,
 }
 
 impl AppState {
     pub fn new(engine: EngineHandle, api_key: Option<String>) -> Arc<Self> {
+        Self::with_keepalive(engine, api_key, std::time::Duration::from_secs(5))
+    }
+
+    pub fn with_keepalive(
+        engine: EngineHandle,
+        api_key: Option<String>,
+        sse_keepalive: std::time::Duration,
+    ) -> Arc<Self> {
         Arc::new(AppState {
             engine,
             api_key: api_key.filter(|k| !k.is_empty()),
             metrics: metrics::HttpMetrics::default(),
+            sse_keepalive,
             next_seq: AtomicU64::new(1),
         })
     }
@@ -210,7 +220,7 @@ async fn run(
         s.engine.context_limit(),
         s.engine.config().max_tokens_limit,
     )?;
-    let stream = s.engine.submit(GenerateRequest {
+    let mut stream = s.engine.submit(GenerateRequest {
         id: id.to_string(),
         prompt,
         max_tokens,
@@ -228,9 +238,15 @@ async fn run(
         spec,
         arrival,
     };
+    // Wait for admission (or a queue timeout, which is then a real 503).
+    let first = match stream.next().await {
+        Some(Event::Admitted) => None,
+        Some(Event::Error(e)) => return Err(ApiError::from(e)),
+        other => other,
+    };
     if ctx.spec.stream {
         s.metrics.record_status(200);
-        Ok(sse_response(s.clone(), ctx, stream))
+        Ok(sse_response(s.clone(), ctx, stream, first))
     } else {
         let (text, fin) = stream.collect().await.map_err(ApiError::from)?;
         s.metrics.record_status(200);
@@ -382,20 +398,28 @@ impl ReplyCtx {
 /// Relay engine events as SSE. Keep-alive comments flow while the prompt is
 /// still being prefilled. The stream owns the `RequestStream`: when the
 /// client goes, axum drops it, and the engine cancels the request.
-fn sse_response(s: Shared, ctx: ReplyCtx, rx: steward_engine::RequestStream) -> Response {
+fn sse_response(
+    s: Shared,
+    ctx: ReplyCtx,
+    rx: steward_engine::RequestStream,
+    first: Option<Event>,
+) -> Response {
     struct St {
         s: Shared,
         ctx: ReplyCtx,
         rx: steward_engine::RequestStream,
         queue: std::collections::VecDeque<String>,
+        first: Option<Event>,
         started: bool,
         done: bool,
     }
+    let keepalive = s.sse_keepalive;
     let st = St {
         s,
         ctx,
         rx,
         queue: Default::default(),
+        first,
         started: false,
         done: false,
     };
@@ -407,7 +431,12 @@ fn sse_response(s: Shared, ctx: ReplyCtx, rx: steward_engine::RequestStream) -> 
             if st.done {
                 return None;
             }
-            match st.rx.next().await {
+            let ev = match st.first.take() {
+                Some(ev) => Some(ev),
+                None => st.rx.next().await,
+            };
+            match ev {
+                Some(Event::Admitted) => {}
                 Some(Event::Text { text, .. }) => {
                     if !st.started && st.ctx.api == Api::Chat {
                         st.queue
@@ -451,15 +480,7 @@ fn sse_response(s: Shared, ctx: ReplyCtx, rx: steward_engine::RequestStream) -> 
             }
         }
     });
-    sse(stream)
-}
-
-fn sse(stream: impl Stream<Item = Result<SseEvent, Infallible>> + Send + 'static) -> Response {
     Sse::new(stream)
-        .keep_alive(
-            KeepAlive::new()
-                .interval(std::time::Duration::from_secs(5))
-                .text("keep-alive"),
-        )
+        .keep_alive(KeepAlive::new().interval(keepalive).text("keep-alive"))
         .into_response()
 }

@@ -4,6 +4,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
@@ -72,6 +73,22 @@ struct ServeArgs {
     /// Sequences whose prompts may advance in one step.
     #[arg(long, default_value_t = 4)]
     max_prefill_seqs: usize,
+    /// Sequences that may decode in one step (default: --max-seqs).
+    #[arg(long)]
+    max_decode_seqs: Option<usize>,
+    /// Adaptive prompt budget: target step time in ms (the decoders'
+    /// inter-token latency); --prompt-budget is then the maximum. 0: off.
+    #[arg(long, default_value_t = 0.0)]
+    target_step_ms: f64,
+    /// Smallest prompt budget the adaptive rule may choose.
+    #[arg(long, default_value_t = 16)]
+    min_prompt_budget: usize,
+    /// Longest a request may wait for a slot before a 503 (seconds; 0: no limit).
+    #[arg(long, default_value_t = 60.0)]
+    queue_timeout_s: f64,
+    /// Interval of SSE keep-alive comments while a stream has nothing to send (seconds).
+    #[arg(long, default_value_t = 5.0)]
+    sse_keepalive_s: f64,
     /// llama.cpp micro-batch size.
     #[arg(long, default_value_t = 512)]
     ubatch: u32,
@@ -172,6 +189,10 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
     c.ctx_per_seq = a.ctx_per_seq.max(16);
     c.prompt_budget = a.prompt_budget.max(1);
     c.max_prefill_seqs = a.max_prefill_seqs.max(1);
+    c.max_decode_seqs = a.max_decode_seqs.unwrap_or(a.max_seqs).clamp(1, a.max_seqs);
+    c.target_step_ms = (a.target_step_ms > 0.0).then_some(a.target_step_ms);
+    c.min_prompt_budget = a.min_prompt_budget.max(1);
+    c.queue_timeout = (a.queue_timeout_s > 0.0).then(|| Duration::from_secs_f64(a.queue_timeout_s));
     c.n_threads = threads(a.model.threads);
     c.n_threads_batch = c.n_threads;
     c.n_ubatch = a.ubatch.max(1);
@@ -195,7 +216,8 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("cannot listen on {addr}"))?;
         let engine = tokio::task::spawn_blocking(move || Engine::start(c)).await??;
-        let state = steward_server::AppState::new(engine.clone(), a.api_key);
+        let keepalive = Duration::from_secs_f64(a.sse_keepalive_s.max(0.05));
+        let state = steward_server::AppState::with_keepalive(engine.clone(), a.api_key, keepalive);
         let app = steward_server::app(state);
         tracing::info!(%addr, model = %engine.config().served_name, "listening (ready after warm-up)");
         axum::serve(listener, app)

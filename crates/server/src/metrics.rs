@@ -78,155 +78,176 @@ impl HttpMetrics {
 }
 
 pub fn render(e: &EngineStats, waiting: usize, h: &HttpMetrics) -> String {
-    let mut o = String::new();
-    let g = |o: &mut String, name: &str, help: &str, kind: &str, v: f64| {
-        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
+    let kv_frac = if e.kv_cells_total > 0 {
+        e.kv_cells_used as f64 / e.kv_cells_total as f64
+    } else {
+        0.0
     };
-    g(
-        &mut o,
-        "steward_ready",
-        "1 once the model is loaded and warmed up",
-        "gauge",
-        f64::from(u8::from(e.ready)),
-    );
-    g(
-        &mut o,
-        "steward_model_load_seconds",
-        "Model load time",
-        "gauge",
-        e.load_ms / 1e3,
-    );
-    g(
-        &mut o,
-        "steward_warmup_seconds",
-        "First-run warm-up step time",
-        "gauge",
-        e.warmup_ms / 1e3,
-    );
-    g(
-        &mut o,
-        "steward_requests_running",
-        "Sequences decoding",
-        "gauge",
-        e.running as f64,
-    );
-    g(
-        &mut o,
-        "steward_requests_prefilling",
-        "Sequences admitted, prompt not yet computed",
-        "gauge",
-        e.prefilling as f64,
-    );
-    g(
-        &mut o,
-        "steward_requests_waiting",
-        "Requests queued for a slot",
-        "gauge",
-        waiting as f64,
-    );
-    g(
-        &mut o,
-        "vllm:num_requests_waiting",
-        "Waiting requests (vLLM name)",
-        "gauge",
-        waiting as f64,
-    );
-    g(
-        &mut o,
-        "steward_slots_total",
-        "Sequence slots",
-        "gauge",
-        e.slots_total as f64,
-    );
-    g(
-        &mut o,
-        "steward_kv_cells_used",
-        "KV cells held by live sequences",
-        "gauge",
-        e.kv_cells_used as f64,
-    );
-    g(
-        &mut o,
-        "steward_kv_cells_total",
-        "KV cells in the pool",
-        "gauge",
-        e.kv_cells_total as f64,
-    );
-    g(
-        &mut o,
-        "steward_kv_bytes_used",
-        "KV bytes held by live sequences",
-        "gauge",
-        (e.kv_cells_used * e.kv_bytes_per_cell) as f64,
-    );
-    g(
-        &mut o,
-        "steward_steps_total",
-        "Engine steps",
-        "counter",
-        e.steps as f64,
-    );
-    g(
-        &mut o,
-        "steward_prompt_tokens_total",
-        "Prompt tokens computed",
-        "counter",
-        e.prompt_tokens_total as f64,
-    );
-    g(
-        &mut o,
-        "steward_generation_tokens_total",
-        "Tokens generated",
-        "counter",
-        e.generated_tokens_total as f64,
-    );
-    g(
-        &mut o,
-        "steward_requests_finished_total",
-        "Requests finished",
-        "counter",
-        e.requests_finished as f64,
-    );
-    g(
-        &mut o,
-        "steward_requests_cancelled_total",
-        "Requests cancelled (client gone)",
-        "counter",
-        e.requests_cancelled as f64,
-    );
-    g(
-        &mut o,
-        "steward_requests_failed_total",
-        "Requests failed in the engine",
-        "counter",
-        e.requests_failed as f64,
-    );
-    g(
-        &mut o,
-        "steward_last_step_seconds",
-        "Duration of the last step",
-        "gauge",
-        e.last_step_ms / 1e3,
-    );
-    // vLLM-compatible names read by inference gateways.
-    g(
-        &mut o,
-        "vllm:num_requests_running",
-        "Running requests (vLLM name)",
-        "gauge",
-        (e.running + e.prefilling) as f64,
-    );
-    g(
-        &mut o,
-        "vllm:gpu_cache_usage_perc",
-        "KV usage fraction (vLLM name)",
-        "gauge",
-        if e.kv_cells_total > 0 {
-            e.kv_cells_used as f64 / e.kv_cells_total as f64
-        } else {
-            0.0
-        },
-    );
+    // (name, help, type, value): every engine-side metric, declared here.
+    let engine: [(&str, &str, &str, f64); 27] = [
+        (
+            "steward_ready",
+            "1 once the model is loaded and warmed up",
+            "gauge",
+            f64::from(u8::from(e.ready)),
+        ),
+        (
+            "steward_model_load_seconds",
+            "Model load time",
+            "gauge",
+            e.load_ms / 1e3,
+        ),
+        (
+            "steward_warmup_seconds",
+            "First-run warm-up step time",
+            "gauge",
+            e.warmup_ms / 1e3,
+        ),
+        (
+            "steward_requests_running",
+            "Sequences decoding",
+            "gauge",
+            e.running as f64,
+        ),
+        (
+            "steward_requests_prefilling",
+            "Sequences admitted, prompt not yet computed",
+            "gauge",
+            e.prefilling as f64,
+        ),
+        (
+            "steward_requests_waiting",
+            "Requests queued for a slot",
+            "gauge",
+            waiting as f64,
+        ),
+        (
+            "steward_slots_total",
+            "Sequence slots",
+            "gauge",
+            e.slots_total as f64,
+        ),
+        (
+            "steward_kv_cells_used",
+            "KV cells holding computed tokens of live sequences",
+            "gauge",
+            e.kv_cells_used as f64,
+        ),
+        (
+            "steward_kv_cells_reserved",
+            "KV cells reserved for live sequences' future tokens",
+            "gauge",
+            e.kv_cells_reserved as f64,
+        ),
+        (
+            "steward_kv_cells_total",
+            "KV cells in the pool",
+            "gauge",
+            e.kv_cells_total as f64,
+        ),
+        (
+            "steward_kv_bytes_used",
+            "KV bytes held by live sequences",
+            "gauge",
+            (e.kv_cells_used * e.kv_bytes_per_cell) as f64,
+        ),
+        (
+            "steward_admission_permits",
+            "Live admission permits (one per admitted sequence)",
+            "gauge",
+            e.permits as f64,
+        ),
+        (
+            "steward_prompt_budget_tokens",
+            "Prompt tokens allowed in the next step",
+            "gauge",
+            e.prompt_budget as f64,
+        ),
+        (
+            "steward_steps_total",
+            "Engine steps",
+            "counter",
+            e.steps as f64,
+        ),
+        (
+            "steward_prompt_tokens_total",
+            "Prompt tokens computed",
+            "counter",
+            e.prompt_tokens_total as f64,
+        ),
+        (
+            "steward_generation_tokens_total",
+            "Tokens generated",
+            "counter",
+            e.generated_tokens_total as f64,
+        ),
+        (
+            "steward_requests_finished_total",
+            "Requests finished",
+            "counter",
+            e.requests_finished as f64,
+        ),
+        (
+            "steward_requests_cancelled_total",
+            "Requests cancelled (client gone)",
+            "counter",
+            e.requests_cancelled as f64,
+        ),
+        (
+            "steward_requests_failed_total",
+            "Requests failed in the engine",
+            "counter",
+            e.requests_failed as f64,
+        ),
+        (
+            "steward_queue_timeouts_total",
+            "Requests that timed out waiting for a slot",
+            "counter",
+            e.requests_timed_out_in_queue as f64,
+        ),
+        (
+            "steward_last_step_seconds",
+            "Duration of the last step",
+            "gauge",
+            e.last_step_ms / 1e3,
+        ),
+        (
+            "steward_last_step_tokens",
+            "Tokens in the last step",
+            "gauge",
+            e.last_step_tokens as f64,
+        ),
+        // vLLM-compatible names read by inference gateways.
+        (
+            "vllm:num_requests_running",
+            "Running requests (vLLM name)",
+            "gauge",
+            (e.running + e.prefilling) as f64,
+        ),
+        (
+            "vllm:num_requests_waiting",
+            "Waiting requests (vLLM name)",
+            "gauge",
+            waiting as f64,
+        ),
+        (
+            "vllm:gpu_cache_usage_perc",
+            "KV usage fraction (vLLM name)",
+            "gauge",
+            kv_frac,
+        ),
+        (
+            "vllm:kv_cache_usage_perc",
+            "KV usage fraction (vLLM name)",
+            "gauge",
+            kv_frac,
+        ),
+        ("steward_info", "Always 1", "gauge", 1.0),
+    ];
+    let mut o = String::new();
+    for (name, help, kind, v) in engine {
+        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
+    }
     if let Ok(m) = h.0.lock() {
         let _ = writeln!(o, "# HELP steward_http_responses_total HTTP responses by status\n# TYPE steward_http_responses_total counter");
         for (k, v) in &m.status {

@@ -443,3 +443,79 @@ async fn full_queue_answers_429_with_retry_after() {
     }
     assert!(ok >= 1 && limited >= 1, "ok {ok} limited {limited}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_timeout_is_503_and_rejections_leave_no_reservation() {
+    let s = server_with(None, |c| {
+        c.max_seqs = 1;
+        c.max_waiting = 4;
+        c.queue_timeout = Some(Duration::from_millis(300));
+    })
+    .await;
+    let long = chat_body(
+        "Write a long story.",
+        json!({"max_tokens": 120, "ignore_eos": true}),
+    );
+    let busy = {
+        let client = s.client.clone();
+        let url = format!("{}/v1/chat/completions", s.base);
+        let body = long.to_string();
+        tokio::spawn(async move { client.post(url).body(body).send().await.unwrap().status() })
+    };
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    for stream in [false, true] {
+        let b = chat_body("hi", json!({"max_tokens": 4, "stream": stream}));
+        let (st, h, v) = s.post("/v1/chat/completions", &b.to_string()).await;
+        assert_error(st, &v, 503, "queue_timeout");
+        assert!(h.get("retry-after").is_some());
+    }
+    assert_eq!(busy.await.unwrap(), 200);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let permits = s.metric("steward_admission_permits").await;
+        let reserved = s.metric("steward_kv_cells_reserved").await;
+        let waiting = s.metric("steward_requests_waiting").await;
+        if permits == 0.0 && reserved == 0.0 && waiting == 0.0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "left behind: {permits} {reserved} {waiting}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(s.metric("steward_queue_timeouts_total").await, 2.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alive_comments_flow_while_a_long_prompt_prefills() {
+    let path = steward_engine::fetch::ensure_default_model().expect("default model");
+    let mut c = EngineConfig::new(path);
+    c.max_seqs = 2;
+    c.ctx_per_seq = 2048;
+    c.prompt_budget = 32;
+    let engine = Engine::start(c).expect("engine");
+    assert!(engine.wait_ready().await);
+    let state = steward_server::AppState::with_keepalive(engine, None, Duration::from_millis(100));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, steward_server::app(state)).await });
+    let prompt = "The ships came in and the birds flew over the sea. ".repeat(60);
+    let body = json!({"prompt": prompt, "max_tokens": 2, "stream": true, "temperature": 0});
+    let raw = reqwest::Client::new()
+        .post(format!("http://{addr}/v1/completions"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let first_data = raw.find("data:").unwrap();
+    assert!(
+        raw[..first_data].contains(": keep-alive"),
+        "no keep-alive comment before the first chunk: {:?}",
+        &raw[..first_data.min(200)]
+    );
+    assert!(raw.trim_end().ends_with("data: [DONE]"));
+}

@@ -1,32 +1,39 @@
 //! The execution owner: one named thread that alone touches the llama
 //! context, the batch, the slot table, KV state, samplers and detokenizers.
 //!
-//! The only way in is the bounded inbox (which is also the waiting queue: a
-//! request is pulled from it only when a slot is free); the only ways out are
-//! the bounded per-request outboxes and the `watch` stats snapshot.
+//! The only way in is the bounded inbox; the only ways out are the bounded
+//! per-request outboxes and the `watch` stats snapshot.
 //!
-//! Step loop: intake → reap cancelled → plan (pure) → submit and wait →
-//! sample/detokenize/emit → retire → publish stats.
+//! Step loop (`Owner::tick`): intake (inbox → waiting queue) → reap
+//! (cancelled, timed out) → admit (slot + ledger permit) → plan (pure) →
+//! submit and wait → sample/detokenize/emit → retire → publish stats.
 //!
 //! Invariants: a slot's KV cells are released only after the step that
 //! touched them returned (decode is synchronous); every request gets exactly
-//! one terminal event (`finish` consumes the sequence); `retire` is the only
-//! place a slot is freed.
+//! one terminal event; `retire` is the only place an admitted sequence ends,
+//! and dropping its `Permit` there releases its reservation exactly once.
 
+pub mod admission;
+pub mod backend;
+#[cfg(test)]
+mod fake;
 pub mod sampler;
 pub mod scheduler;
 mod sequence;
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, watch};
 
-use crate::model::{LoadError, LoadedModel, Runtime, RuntimeParams};
+use crate::model::{LoadError, LoadedModel, RuntimeParams, Vocab};
 use crate::stream::{Event, GenerationError};
 use crate::{Command, EngineConfig, GenerateRequest};
-use scheduler::{SeqView, StepLimits};
+use admission::{Ledger, StateModel};
+use backend::Backend;
+use scheduler::{SeqView, StepCostModel, StepLimits};
 use sequence::{Outcome, Sequence};
 
 pub(crate) struct Submission {
@@ -44,17 +51,22 @@ pub struct EngineStats {
     pub slots_total: usize,
     pub running: usize,
     pub prefilling: usize,
+    pub waiting: usize,
     pub kv_cells_used: u64,
+    pub kv_cells_reserved: u64,
     pub kv_cells_total: u64,
     pub kv_bytes_per_cell: u64,
+    pub permits: u64,
     pub steps: u64,
     pub prompt_tokens_total: u64,
     pub generated_tokens_total: u64,
     pub requests_finished: u64,
     pub requests_cancelled: u64,
     pub requests_failed: u64,
+    pub requests_timed_out_in_queue: u64,
     pub last_step_ms: f64,
     pub last_step_tokens: usize,
+    pub prompt_budget: usize,
 }
 
 impl EngineStats {
@@ -63,6 +75,7 @@ impl EngineStats {
             load_ms,
             slots_total: c.max_seqs,
             kv_cells_total: u64::from(c.ctx_per_seq) * c.max_seqs as u64,
+            prompt_budget: c.prompt_budget,
             ..Default::default()
         }
     }
@@ -70,9 +83,15 @@ impl EngineStats {
 
 pub(crate) struct OwnerArgs {
     pub model: Arc<LoadedModel>,
+    pub parts: OwnerParts,
+}
+
+/// What the owner needs besides its backend and vocabulary.
+pub(crate) struct OwnerParts {
     pub config: EngineConfig,
     pub inbox: mpsc::Receiver<Command>,
     pub stats: watch::Sender<EngineStats>,
+    pub queued: Arc<AtomicUsize>,
 }
 
 pub(crate) fn spawn(args: OwnerArgs) -> Result<(), LoadError> {
@@ -100,13 +119,8 @@ fn runtime_params(c: &EngineConfig) -> RuntimeParams {
 }
 
 fn owner_main(args: OwnerArgs, ok: std::sync::mpsc::SyncSender<Result<(), LoadError>>) {
-    let OwnerArgs {
-        model,
-        config,
-        inbox,
-        stats,
-    } = args;
-    let mut rt = match model.new_runtime(&runtime_params(&config)) {
+    let OwnerArgs { model, parts } = args;
+    let mut rt = match model.new_runtime(&runtime_params(&parts.config)) {
         Ok(rt) => {
             let _ = ok.send(Ok(()));
             rt
@@ -119,39 +133,30 @@ fn owner_main(args: OwnerArgs, ok: std::sync::mpsc::SyncSender<Result<(), LoadEr
     let t = Instant::now();
     if let Err(e) = warm_up(&mut rt, &model) {
         tracing::error!(error = %e, "warm-up step failed; engine stops");
-        stats.send_modify(|s| s.stopped = true);
+        parts.stats.send_modify(|s| s.stopped = true);
         return;
     }
     let warmup_ms = t.elapsed().as_secs_f64() * 1e3;
     tracing::info!(warmup_ms, "warm-up step done; ready");
-    stats.send_modify(|s| {
+    parts.stats.send_modify(|s| {
         s.ready = true;
         s.warmup_ms = warmup_ms;
         s.kv_bytes_per_cell = model.kv_bytes_per_token();
     });
-    let mut owner = Owner {
-        rt,
-        model: model.clone(),
-        limits: StepLimits {
-            prompt_budget: config.prompt_budget,
-            max_prefill_seqs: config.max_prefill_seqs.max(1),
-            max_decode_seqs: config.max_seqs,
-        },
-        ctx_limit: config.ctx_per_seq.min(model.facts.n_ctx_train.max(1)),
-        free_slots: (0..config.max_seqs).rev().collect(),
-        seqs: Vec::new(),
-        draining: Vec::new(),
-        inbox,
-        stats,
-        next_key: 0,
-        inbox_closed: false,
+    let state_model = if model.facts.recurrent {
+        StateModel::PerSequence
+    } else {
+        StateModel::PerToken
     };
-    owner.run();
+    let ctx_limit = parts.config.ctx_per_seq.min(model.facts.n_ctx_train.max(1));
+    let mut owner = Owner::new(rt, model.vocab.clone(), state_model, ctx_limit, parts);
+    while owner.tick() {}
+    owner.shutdown();
 }
 
 /// First-run specialisation: one prompt chunk and one decode step through
 /// the real path, then the slot is cleared.
-fn warm_up(rt: &mut Runtime<'_>, model: &LoadedModel) -> Result<(), crate::model::StepError> {
+fn warm_up(rt: &mut impl Backend, model: &LoadedModel) -> Result<(), crate::model::StepError> {
     let prompt = model.tokenize("Hello, world", true, false);
     rt.clear();
     let n = prompt.len();
@@ -179,60 +184,101 @@ fn argmax(l: &[f32]) -> i32 {
     best as i32
 }
 
+/// A submitted request waiting for a slot: nothing allocated yet.
+struct Waiting {
+    sub: Submission,
+    enqueued: Instant,
+}
+
 /// A terminal event (and text before it) the client has not taken yet. The
-/// sequence's slot is already free; only the events wait.
+/// sequence's slot and permit are already released; only the events wait.
 struct Draining {
     outbox: mpsc::Sender<Event>,
     events: VecDeque<Event>,
 }
 
-struct Owner<'m> {
-    rt: Runtime<'m>,
-    model: Arc<LoadedModel>,
+pub(crate) struct Owner<B: Backend> {
+    rt: B,
+    vocab: Arc<Vocab>,
+    config: EngineConfig,
     limits: StepLimits,
+    cost: StepCostModel,
+    state_model: StateModel,
+    ledger: Ledger,
     ctx_limit: u32,
     free_slots: Vec<usize>,
+    waiting: VecDeque<Waiting>,
     /// Admitted sequences, oldest first.
     seqs: Vec<Sequence>,
     draining: Vec<Draining>,
     inbox: mpsc::Receiver<Command>,
     stats: watch::Sender<EngineStats>,
+    /// Requests submitted and not yet admitted or dropped (shared with the
+    /// handle, which refuses submissions past `max_waiting`).
+    queued: Arc<AtomicUsize>,
     next_key: u64,
     inbox_closed: bool,
 }
 
-impl Owner<'_> {
-    fn run(&mut self) {
-        loop {
-            if !self.intake() {
-                break;
-            }
-            self.reap_cancelled();
-            self.flush_draining();
-            self.step();
-            self.publish(None);
+impl<B: Backend> Owner<B> {
+    pub(crate) fn new(
+        rt: B,
+        vocab: Arc<Vocab>,
+        state_model: StateModel,
+        ctx_limit: u32,
+        args: OwnerParts,
+    ) -> Self {
+        let c = args.config;
+        Owner {
+            rt,
+            vocab,
+            limits: StepLimits {
+                prompt_budget: c.prompt_budget,
+                max_prefill_seqs: c.max_prefill_seqs.max(1),
+                max_decode_seqs: c.max_decode_seqs.clamp(1, c.max_seqs),
+            },
+            cost: StepCostModel::default(),
+            state_model,
+            ledger: Ledger::new(u64::from(c.ctx_per_seq) * c.max_seqs as u64),
+            ctx_limit,
+            free_slots: (0..c.max_seqs).rev().collect(),
+            waiting: VecDeque::new(),
+            seqs: Vec::new(),
+            draining: Vec::new(),
+            inbox: args.inbox,
+            stats: args.stats,
+            queued: args.queued,
+            next_key: 0,
+            inbox_closed: false,
+            config: c,
         }
-        for mut d in self.draining.drain(..) {
-            while let Some(ev) = d.events.pop_front() {
-                let _ = d.outbox.try_send(ev);
-            }
-        }
-        self.stats.send_modify(|s| s.stopped = true);
-        tracing::info!("engine stopped");
     }
 
-    /// Pull requests while slots are free. Blocks when there is nothing to
-    /// do. Returns false when the engine should stop.
+    /// One iteration of the loop. Returns false when the engine should stop.
+    pub(crate) fn tick(&mut self) -> bool {
+        if !self.intake() {
+            return false;
+        }
+        self.reap();
+        self.admit();
+        self.flush_draining();
+        self.step();
+        self.publish(None);
+        true
+    }
+
+    fn idle(&self) -> bool {
+        self.seqs.is_empty() && self.waiting.is_empty()
+    }
+
+    /// Move submissions from the inbox into the waiting queue. Blocks only
+    /// when there is nothing at all to do.
     fn intake(&mut self) -> bool {
         loop {
-            let idle = self.seqs.is_empty();
             if self.inbox_closed {
-                return !(idle && self.draining.is_empty());
+                return !(self.idle() && self.draining.is_empty());
             }
-            if self.free_slots.is_empty() {
-                return true;
-            }
-            let cmd = if idle && self.draining.is_empty() {
+            let cmd = if self.idle() && self.draining.is_empty() {
                 match self.inbox.blocking_recv() {
                     Some(c) => c,
                     None => {
@@ -244,9 +290,9 @@ impl Owner<'_> {
                 match self.inbox.try_recv() {
                     Ok(c) => c,
                     Err(mpsc::error::TryRecvError::Empty) => {
-                        if idle {
-                            // Only undelivered events remain: poll gently.
-                            std::thread::sleep(std::time::Duration::from_millis(2));
+                        if self.seqs.is_empty() {
+                            // Only queue timeouts or undelivered events: poll gently.
+                            std::thread::sleep(Duration::from_millis(2));
                         }
                         return true;
                     }
@@ -257,28 +303,46 @@ impl Owner<'_> {
                 }
             };
             match cmd {
-                Command::Submit(sub) => self.admit(*sub),
+                Command::Submit(sub) => self.waiting.push_back(Waiting {
+                    sub: *sub,
+                    enqueued: Instant::now(),
+                }),
             }
         }
     }
 
-    fn admit(&mut self, sub: Submission) {
-        if sub.outbox.is_closed() {
-            // The client left while queued: nothing was allocated.
-            self.stats.send_modify(|s| s.requests_cancelled += 1);
-            tracing::debug!(request_id = %sub.req.id, "dropped while queued (client gone)");
-            return;
-        }
-        let Some(slot) = self.free_slots.pop() else {
-            return;
-        };
-        self.next_key += 1;
-        let seq = Sequence::new(self.next_key, slot, sub, self.ctx_limit);
-        tracing::debug!(request_id = %seq.id, slot, prompt = seq.prompt.len(), "admitted");
-        self.seqs.push(seq);
+    fn dequeue(&self) {
+        self.queued.fetch_sub(1, Ordering::AcqRel);
     }
 
-    fn reap_cancelled(&mut self) {
+    /// Drop waiting requests whose client left or whose queue time ran out,
+    /// and retire admitted sequences whose client left.
+    fn reap(&mut self) {
+        let timeout = self.config.queue_timeout;
+        let mut i = 0;
+        while i < self.waiting.len() {
+            let w = &self.waiting[i];
+            if w.sub.outbox.is_closed() {
+                let w = self.waiting.remove(i);
+                tracing::debug!(request_id = %w.map(|w| w.sub.req.id).unwrap_or_default(), "cancelled while queued");
+                self.dequeue();
+                self.stats.send_modify(|s| s.requests_cancelled += 1);
+            } else if timeout.is_some_and(|t| w.enqueued.elapsed() >= t) {
+                if let Some(w) = self.waiting.remove(i) {
+                    let waited = w.enqueued.elapsed().as_secs_f64();
+                    let _ = w
+                        .sub
+                        .outbox
+                        .try_send(Event::Error(GenerationError::QueueTimeout(waited)));
+                    tracing::info!(request_id = %w.sub.req.id, waited, "queue timeout");
+                }
+                self.dequeue();
+                self.stats
+                    .send_modify(|s| s.requests_timed_out_in_queue += 1);
+            } else {
+                i += 1;
+            }
+        }
         let mut i = 0;
         while i < self.seqs.len() {
             if self.seqs[i].outbox.is_closed() {
@@ -292,61 +356,93 @@ impl Owner<'_> {
         }
     }
 
+    /// Admit from the head of the queue (arrival order) while a slot is free
+    /// and the ledger can reserve prompt + max_tokens.
+    fn admit(&mut self) {
+        while let Some(w) = self.waiting.front() {
+            let r = &w.sub.req;
+            let need = admission::cells_needed(self.state_model, r.prompt.len(), r.max_tokens);
+            if self.free_slots.is_empty() {
+                break;
+            }
+            let Some(permit) = self.ledger.try_reserve(need) else {
+                break;
+            };
+            let Some(w) = self.waiting.pop_front() else {
+                break;
+            };
+            let Some(slot) = self.free_slots.pop() else {
+                break;
+            };
+            self.dequeue();
+            self.next_key += 1;
+            let _ = w.sub.outbox.try_send(Event::Admitted);
+            let seq = Sequence::new(self.next_key, slot, w.sub, self.ctx_limit, permit);
+            tracing::debug!(request_id = %seq.id, slot, prompt = seq.prompt.len(), "admitted");
+            self.seqs.push(seq);
+        }
+    }
+
     fn step(&mut self) {
+        if let Some(target) = self.config.target_step_ms {
+            let decoding = self.seqs.iter().any(Sequence::is_decoding);
+            self.limits.prompt_budget = self.cost.budget(
+                target,
+                decoding,
+                self.config.min_prompt_budget,
+                self.config.prompt_budget,
+            );
+        }
         let views: Vec<SeqView> = self.seqs.iter().map(Sequence::view).collect();
         let plan = scheduler::plan(&views, &self.limits);
         if plan.is_empty() {
             return;
         }
         let t = Instant::now();
-        // Build the batch: decode tokens, then prompt chunks.
         self.rt.clear();
-        let mut logit_rows: Vec<(usize, usize)> = Vec::new(); // (seq index, batch idx)
+        let mut rows: Vec<(usize, usize)> = Vec::new(); // (seq index, batch row)
         let mut built = Ok(());
         for (si, seq) in self.seqs.iter_mut().enumerate() {
-            if let Some(pos) = plan.decode.iter().position(|k| *k == seq.key) {
-                let _ = pos;
+            if plan.decode.contains(&seq.key) {
                 match seq.push_decode(&mut self.rt) {
-                    Ok(idx) => logit_rows.push((si, idx)),
+                    Ok(row) => rows.push((si, row)),
                     Err(e) => built = Err(e),
                 }
             } else if let Some(c) = plan.chunks.iter().find(|c| c.key == seq.key) {
                 match seq.push_chunk(&mut self.rt, c) {
-                    Ok(Some(idx)) => logit_rows.push((si, idx)),
+                    Ok(Some(row)) => rows.push((si, row)),
                     Ok(None) => {}
                     Err(e) => built = Err(e),
                 }
             }
         }
-        let result = built.and_then(|_| self.rt.decode());
-        let in_step: Vec<u64> = plan
-            .decode
-            .iter()
-            .copied()
-            .chain(plan.chunks.iter().map(|c| c.key))
-            .collect();
-        if let Err(e) = result {
+        if let Err(e) = built.and_then(|_| self.rt.decode()) {
             tracing::error!(error = %e, tokens = plan.n_tokens(), "step failed; failing its sequences");
-            self.fail_step(&in_step, e.to_string());
+            let keys: Vec<u64> = plan
+                .decode
+                .iter()
+                .copied()
+                .chain(plan.chunks.iter().map(|c| c.key))
+                .collect();
+            self.fail(&keys, e.to_string());
             return;
         }
+        let n_prompt: usize = plan.chunks.iter().map(|c| c.len).sum();
         for c in &plan.chunks {
             if let Some(seq) = self.seqs.iter_mut().find(|s| s.key == c.key) {
                 seq.chunk_done(c);
             }
         }
-        let mut generated = 0u64;
-        for &(si, idx) in &logit_rows {
-            let seq = &mut self.seqs[si];
-            seq.sample_and_emit(self.rt.logits(idx), &self.model);
-            generated += 1;
+        for &(si, row) in &rows {
+            self.seqs[si].sample_and_emit(self.rt.logits(row), &self.vocab);
         }
+        let ms = t.elapsed().as_secs_f64() * 1e3;
+        self.cost.observe(plan.decode.len(), n_prompt, ms);
         self.stats.send_modify(|s| {
             s.steps += 1;
-            s.generated_tokens_total += generated;
-            s.prompt_tokens_total += plan.chunks.iter().map(|c| c.len as u64).sum::<u64>();
+            s.generated_tokens_total += rows.len() as u64;
+            s.prompt_tokens_total += n_prompt as u64;
         });
-        // Retire everything that reached an end.
         let mut i = 0;
         while i < self.seqs.len() {
             if let Some(out) = self.seqs[i].outcome.take() {
@@ -356,31 +452,30 @@ impl Owner<'_> {
                 i += 1;
             }
         }
-        self.publish(Some((t.elapsed().as_secs_f64() * 1e3, plan.n_tokens())));
+        self.publish(Some((ms, plan.n_tokens())));
     }
 
-    fn fail_step(&mut self, keys: &[u64], msg: String) {
+    fn fail(&mut self, keys: &[u64], msg: String) {
         let mut i = 0;
         while i < self.seqs.len() {
             if keys.contains(&self.seqs[i].key) {
                 let seq = self.seqs.remove(i);
-                self.retire(
-                    seq,
-                    Some(Outcome::Failed(GenerationError::Runtime(msg.clone()))),
-                );
+                let err = GenerationError::Runtime(msg.clone());
+                self.retire(seq, Some(Outcome::Failed(err)));
             } else {
                 i += 1;
             }
         }
     }
 
-    /// The one place a sequence ends: free its slot's KV cells (the step that
-    /// used them has completed), return the slot, queue its terminal event.
+    /// The one place an admitted sequence ends: clear its slot's KV cells
+    /// (the step that used them has completed), return the slot, drop the
+    /// permit (releasing its reservation), queue its terminal event.
     fn retire(&mut self, mut seq: Sequence, outcome: Option<Outcome>) {
         self.rt.clear_slot(seq.slot);
         self.free_slots.push(seq.slot);
         let Some(outcome) = outcome else {
-            return; // cancelled: nobody to tell.
+            return; // cancelled: nobody to tell; `seq` (and its permit) drop here.
         };
         let failed = matches!(outcome, Outcome::Failed(_));
         let events = seq.terminal_events(outcome);
@@ -395,6 +490,7 @@ impl Owner<'_> {
             outbox: seq.outbox.clone(),
             events,
         };
+        drop(seq);
         if flush(&mut d) {
             self.draining.push(d);
         }
@@ -410,19 +506,53 @@ impl Owner<'_> {
     fn publish(&mut self, step: Option<(f64, usize)>) {
         let running = self.seqs.iter().filter(|s| s.is_decoding()).count();
         let prefilling = self.seqs.len() - running;
-        let used: u64 = self.seqs.iter().map(|s| u64::from(s.n_past())).sum();
+        let (used, reserved, permits) = (
+            self.ledger.used(),
+            self.ledger.reserved(),
+            self.ledger.permits(),
+        );
+        let waiting = self.queued.load(Ordering::Acquire);
+        let budget = self.limits.prompt_budget;
         self.stats.send_if_modified(|s| {
-            let before = (s.running, s.prefilling, s.kv_cells_used);
+            let before = (
+                s.running,
+                s.prefilling,
+                s.kv_cells_used,
+                s.kv_cells_reserved,
+                s.waiting,
+            );
             s.running = running;
             s.prefilling = prefilling;
             s.kv_cells_used = used;
+            s.kv_cells_reserved = reserved;
+            s.permits = permits;
+            s.waiting = waiting;
+            s.prompt_budget = budget;
             if let Some((ms, n)) = step {
                 s.last_step_ms = ms;
                 s.last_step_tokens = n;
                 return true;
             }
-            before != (running, prefilling, used)
+            before != (running, prefilling, used, reserved, waiting)
         });
+    }
+
+    /// The inbox closed: fail what is still queued, deliver what we can.
+    fn shutdown(&mut self) {
+        for w in self.waiting.drain(..) {
+            let _ = w
+                .sub
+                .outbox
+                .try_send(Event::Error(GenerationError::Shutdown));
+            self.queued.fetch_sub(1, Ordering::AcqRel);
+        }
+        for mut d in self.draining.drain(..) {
+            while let Some(ev) = d.events.pop_front() {
+                let _ = d.outbox.try_send(ev);
+            }
+        }
+        self.stats.send_modify(|s| s.stopped = true);
+        tracing::info!("engine stopped");
     }
 }
 
@@ -441,3 +571,6 @@ fn flush(d: &mut Draining) -> bool {
     }
     false
 }
+
+#[cfg(test)]
+mod tests;

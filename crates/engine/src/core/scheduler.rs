@@ -2,10 +2,15 @@
 //! no channels.
 //!
 //! Rule (vLLM v1's token budget): every decoding sequence gets its one decode
-//! token first; the remaining prompt-token budget is then filled with chunks
-//! of prefilling sequences' prompts, oldest admission first, at most
-//! `max_prefill_seqs` of them per step. There is no prefill phase: a 10k
-//! prompt advances `prompt_budget` tokens per step while decoders keep going.
+//! token first; the prompt-token budget is then filled with chunks of
+//! prefilling sequences' prompts, at most `max_prefill_seqs` of them per
+//! step. There is no prefill phase: a 10k prompt advances by chunks while
+//! decoders keep going.
+//!
+//! Fairness: first, prompts that can *finish* within half the budget go,
+//! shortest first (a short prompt is never stuck behind a long one); then the
+//! rest of the budget goes oldest first. A long prompt therefore advances by
+//! at least half the budget every step: nothing starves.
 
 /// What the planner needs to know about one admitted sequence.
 #[derive(Debug, Clone, PartialEq)]
@@ -66,12 +71,38 @@ pub fn plan(seqs: &[SeqView], limits: &StepLimits) -> Plan {
         p.decode.push(s.key);
     }
     let mut budget = limits.prompt_budget;
-    for s in seqs
+    let prefilling: Vec<&SeqView> = seqs
         .iter()
         .filter(|s| !s.decoding && s.computed < s.prompt_len)
-    {
+        .collect();
+    // Express lane: prompts that finish within half the budget, shortest first.
+    let mut express: Vec<&SeqView> = prefilling
+        .iter()
+        .copied()
+        .filter(|s| s.prompt_len - s.computed <= limits.prompt_budget / 2)
+        .collect();
+    express.sort_by_key(|s| s.prompt_len - s.computed);
+    let mut express_left = limits.prompt_budget / 2;
+    for s in express {
+        let len = s.prompt_len - s.computed;
+        if len > express_left || p.chunks.len() == limits.max_prefill_seqs {
+            break;
+        }
+        express_left -= len;
+        budget -= len;
+        p.chunks.push(Chunk {
+            key: s.key,
+            start: s.computed,
+            len,
+        });
+    }
+    // Then oldest first.
+    for s in prefilling {
         if budget == 0 || p.chunks.len() == limits.max_prefill_seqs {
             break;
+        }
+        if p.chunks.iter().any(|c| c.key == s.key) {
+            continue;
         }
         let len = (s.prompt_len - s.computed).min(budget);
         budget -= len;
@@ -82,6 +113,56 @@ pub fn plan(seqs: &[SeqView], limits: &StepLimits) -> Plan {
         });
     }
     p
+}
+
+/// Learns what a step costs, to derive the prompt budget from a target
+/// step time (the decoders' inter-token latency). Pure arithmetic.
+#[derive(Debug, Clone, Default)]
+pub struct StepCostModel {
+    /// EWMA of steps without prompt tokens, ms.
+    decode_ms: Option<f64>,
+    /// EWMA of the marginal cost of one prompt token, ms.
+    prompt_token_ms: Option<f64>,
+}
+
+impl StepCostModel {
+    const ALPHA: f64 = 0.2;
+
+    pub fn observe(&mut self, n_decode: usize, n_prompt: usize, ms: f64) {
+        let ewma = |old: Option<f64>, x: f64| Some(old.map_or(x, |o| o + Self::ALPHA * (x - o)));
+        if n_prompt == 0 {
+            if n_decode > 0 {
+                self.decode_ms = ewma(self.decode_ms, ms);
+            }
+            return;
+        }
+        let base = if n_decode > 0 {
+            self.decode_ms.unwrap_or(0.0)
+        } else {
+            0.0
+        };
+        let per = ((ms - base) / n_prompt as f64).max(0.001);
+        self.prompt_token_ms = ewma(self.prompt_token_ms, per);
+    }
+
+    /// Prompt budget for the next step so that it takes about `target_ms`
+    /// (`max` until there is a measurement; never below `min`).
+    pub fn budget(&self, target_ms: f64, decoding: bool, min: usize, max: usize) -> usize {
+        let Some(per) = self.prompt_token_ms else {
+            return max;
+        };
+        let base = if decoding {
+            self.decode_ms.unwrap_or(0.0)
+        } else {
+            0.0
+        };
+        let b = ((target_ms - base) / per).floor();
+        if b.is_finite() {
+            (b.max(0.0) as usize).clamp(min, max)
+        } else {
+            max
+        }
+    }
 }
 
 #[cfg(test)]
@@ -117,13 +198,26 @@ mod tests {
         let seqs = [pre(1, 100, 0), dec(2), pre(3, 30, 10), dec(4), pre(5, 8, 0)];
         let p = plan(&seqs, &lim(64, 8, 8));
         assert_eq!(p.decode, vec![2, 4]);
+        // Express lane (finish within 32): 5 (8 left), 3 (20 left); then oldest.
         assert_eq!(
             p.chunks,
-            vec![Chunk {
-                key: 1,
-                start: 0,
-                len: 64
-            }]
+            vec![
+                Chunk {
+                    key: 5,
+                    start: 0,
+                    len: 8
+                },
+                Chunk {
+                    key: 3,
+                    start: 10,
+                    len: 20
+                },
+                Chunk {
+                    key: 1,
+                    start: 0,
+                    len: 36
+                },
+            ]
         );
         let p = plan(
             &[pre(3, 30, 10), pre(5, 8, 0), pre(6, 100, 0)],
@@ -133,14 +227,14 @@ mod tests {
             p.chunks,
             vec![
                 Chunk {
-                    key: 3,
-                    start: 10,
-                    len: 20
-                },
-                Chunk {
                     key: 5,
                     start: 0,
                     len: 8
+                },
+                Chunk {
+                    key: 3,
+                    start: 10,
+                    len: 20
                 },
                 Chunk {
                     key: 6,
@@ -175,6 +269,60 @@ mod tests {
             assert_eq!(c.completes(50), s.computed == 50);
         }
         assert_eq!(steps, 4);
+    }
+
+    #[test]
+    fn short_prompt_is_not_stuck_behind_a_long_one() {
+        // A 3,000-token prompt admitted first, a 20-token one after it.
+        let p = plan(&[pre(1, 3000, 0), pre(2, 20, 0)], &lim(64, 4, 4));
+        assert_eq!(
+            p.chunks,
+            vec![
+                Chunk {
+                    key: 2,
+                    start: 0,
+                    len: 20
+                },
+                Chunk {
+                    key: 1,
+                    start: 0,
+                    len: 44
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_stream_of_short_prompts_never_starves_a_long_one() {
+        let mut long = pre(1, 1000, 0);
+        let mut key = 10;
+        for _ in 0..10 {
+            // Many fresh short prompts every step.
+            let mut seqs = vec![long.clone()];
+            for _ in 0..8 {
+                key += 1;
+                seqs.push(pre(key, 30, 0));
+            }
+            let p = plan(&seqs, &lim(128, 16, 16));
+            let got = p.chunks.iter().find(|c| c.key == 1).map_or(0, |c| c.len);
+            assert!(got >= 64, "long prompt got {got} of 128");
+            long.computed += got;
+        }
+    }
+
+    #[test]
+    fn cost_model_derives_budget_from_target() {
+        let mut m = StepCostModel::default();
+        assert_eq!(m.budget(100.0, true, 8, 512), 512, "no data: max");
+        for _ in 0..50 {
+            m.observe(4, 0, 20.0); // decode-only step: 20 ms
+            m.observe(4, 100, 70.0); // +100 prompt tokens: +50 ms
+        }
+        // (100 - 20) / 0.5 = 160 prompt tokens.
+        let b = m.budget(100.0, true, 8, 512);
+        assert!((155..=165).contains(&b), "{b}");
+        assert_eq!(m.budget(10.0, true, 8, 512), 8, "never below min");
+        assert_eq!(m.budget(10_000.0, true, 8, 512), 512, "never above max");
     }
 
     #[test]

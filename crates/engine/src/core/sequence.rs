@@ -11,11 +11,13 @@ use std::time::Instant;
 
 use tokio::sync::mpsc;
 
+use super::admission::Permit;
+use super::backend::Backend;
 use super::sampler::Sampler;
 use super::scheduler::{Chunk, SeqView};
 use super::Submission;
 use crate::detok::StreamDetokenizer;
-use crate::model::{LoadedModel, Runtime, StepError, TokenId};
+use crate::model::{StepError, TokenId, Vocab};
 use crate::stream::{Event, FinishReason, Finished, GenerationError, Timings};
 
 pub(super) enum Outcome {
@@ -41,6 +43,8 @@ pub(super) struct Sequence {
     unsent: String,
     unsent_tokens: u32,
     pub outcome: Option<Outcome>,
+    /// KV reservation; released when the sequence is dropped.
+    permit: Permit,
     arrival: Instant,
     tokenized: Instant,
     admitted: Instant,
@@ -49,7 +53,7 @@ pub(super) struct Sequence {
 }
 
 impl Sequence {
-    pub fn new(key: u64, slot: usize, sub: Submission, ctx_limit: u32) -> Self {
+    pub fn new(key: u64, slot: usize, sub: Submission, ctx_limit: u32, permit: Permit) -> Self {
         let r = sub.req;
         Sequence {
             key,
@@ -69,6 +73,7 @@ impl Sequence {
             unsent: String::new(),
             unsent_tokens: 0,
             outcome: None,
+            permit,
             arrival: r.arrival,
             tokenized: r.tokenized,
             admitted: Instant::now(),
@@ -86,6 +91,11 @@ impl Sequence {
         }
     }
 
+    #[cfg(test)]
+    pub fn generated(&self) -> u32 {
+        self.generated
+    }
+
     pub fn is_decoding(&self) -> bool {
         self.pending.is_some()
     }
@@ -95,15 +105,21 @@ impl Sequence {
         self.computed as u32 + self.generated.saturating_sub(1)
     }
 
-    pub fn push_decode(&mut self, rt: &mut Runtime<'_>) -> Result<usize, StepError> {
-        let tok = self.pending.expect("planned decode has a pending token");
-        rt.push(tok, self.n_past(), self.slot, true)
+    pub fn push_decode(&mut self, rt: &mut impl Backend) -> Result<usize, StepError> {
+        let Some(tok) = self.pending else {
+            return Err(StepError::Batch(
+                "decode planned without a pending token".into(),
+            ));
+        };
+        let row = rt.push(tok, self.n_past(), self.slot, true)?;
+        self.permit.consume(1);
+        Ok(row)
     }
 
     /// Push a prompt chunk; returns the logits row when it ends the prompt.
     pub fn push_chunk(
         &mut self,
-        rt: &mut Runtime<'_>,
+        rt: &mut impl Backend,
         c: &Chunk,
     ) -> Result<Option<usize>, StepError> {
         let last = c.completes(self.prompt.len());
@@ -120,6 +136,7 @@ impl Sequence {
 
     pub fn chunk_done(&mut self, c: &Chunk) {
         self.computed = c.start + c.len;
+        self.permit.consume(c.len as u64);
         if self.computed == self.prompt.len() {
             self.prefill_done = Some(Instant::now());
         }
@@ -127,8 +144,8 @@ impl Sequence {
 
     /// After a step that produced logits for this sequence: pick the next
     /// token, detokenize, check the ends, queue text.
-    pub fn sample_and_emit(&mut self, logits: &[f32], model: &LoadedModel) {
-        let banned: &[TokenId] = if self.ignore_eos { &model.eog_ids } else { &[] };
+    pub fn sample_and_emit(&mut self, logits: &[f32], vocab: &Vocab) {
+        let banned: &[TokenId] = if self.ignore_eos { &vocab.eog_ids } else { &[] };
         let tok = self.sampler.sample(logits, banned);
         self.sampler.accept(tok);
         self.generated += 1;
@@ -136,18 +153,12 @@ impl Sequence {
         if self.first_token.is_none() {
             self.first_token = Some(Instant::now());
         }
-        let eog = model.eog.get(tok as usize).copied().unwrap_or(false);
-        if eog {
+        if vocab.is_eog(tok) {
             self.pending = None;
             self.outcome = Some(Outcome::Finished(FinishReason::Stop));
             return;
         }
-        let bytes = model
-            .token_bytes
-            .get(tok as usize)
-            .map(|b| &b[..])
-            .unwrap_or(&[]);
-        let out = self.detok.push(bytes);
+        let out = self.detok.push(vocab.bytes(tok));
         self.unsent.push_str(&out.text);
         self.unsent_tokens += 1;
         if out.stopped {

@@ -1,0 +1,48 @@
+//! The seam between the execution owner and the model runtime: what a step
+//! needs, nothing more. `model::Runtime` implements it over llama.cpp; a
+//! deterministic fake implements it for the owner's unit tests.
+
+use crate::model::{Runtime, StepError, TokenId};
+
+pub trait Backend {
+    /// Start building a new step.
+    fn clear(&mut self);
+    /// Add one token for `slot` at `pos`; returns its batch row.
+    fn push(
+        &mut self,
+        token: TokenId,
+        pos: u32,
+        slot: usize,
+        logits: bool,
+    ) -> Result<usize, StepError>;
+    /// Submit the step and wait until it has completed.
+    fn decode(&mut self) -> Result<(), StepError>;
+    /// Logits of a batch row of the last completed step.
+    fn logits(&self, row: usize) -> &[f32];
+    /// Release every KV cell of a slot (idempotent).
+    fn clear_slot(&mut self, slot: usize);
+}
+
+impl Backend for Runtime<'_> {
+    fn clear(&mut self) {
+        Runtime::clear(self)
+    }
+    fn push(
+        &mut self,
+        token: TokenId,
+        pos: u32,
+        slot: usize,
+        logits: bool,
+    ) -> Result<usize, StepError> {
+        Runtime::push(self, token, pos, slot, logits)
+    }
+    fn decode(&mut self) -> Result<(), StepError> {
+        Runtime::decode(self)
+    }
+    fn logits(&self, row: usize) -> &[f32] {
+        Runtime::logits(self, row)
+    }
+    fn clear_slot(&mut self, slot: usize) {
+        Runtime::clear_slot(self, slot)
+    }
+}

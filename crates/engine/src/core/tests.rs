@@ -1,0 +1,322 @@
+//! Owner tests on the deterministic fake backend: every ending path
+//! releases its slot, its KV cells and its reservation exactly once, with
+//! exactly one terminal event; queue bounds, timeouts and fairness.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, watch};
+
+use super::admission::StateModel;
+use super::fake::{self, FakeBackend};
+use super::*;
+use crate::stream::{Event, FinishReason, GenerationError};
+use crate::{Command, EngineConfig, GenerateRequest, SamplingParams};
+
+struct Harness {
+    owner: Owner<FakeBackend>,
+    tx: mpsc::Sender<Command>,
+    queued: Arc<AtomicUsize>,
+    stats: watch::Receiver<EngineStats>,
+}
+
+fn config(slots: usize, budget: usize) -> EngineConfig {
+    let mut c = EngineConfig::new("fake.gguf".into());
+    c.max_seqs = slots;
+    c.ctx_per_seq = 512;
+    c.prompt_budget = budget;
+    c.max_prefill_seqs = 4;
+    c.max_decode_seqs = slots;
+    c.max_waiting = 8;
+    c
+}
+
+fn harness(c: EngineConfig) -> Harness {
+    let (tx, rx) = mpsc::channel(c.max_waiting);
+    let (stats_tx, stats) = watch::channel(EngineStats::default());
+    let queued = Arc::new(AtomicUsize::new(0));
+    let slots = c.max_seqs;
+    let args = OwnerParts {
+        config: c,
+        inbox: rx,
+        stats: stats_tx,
+        queued: queued.clone(),
+    };
+    let owner = Owner::new(
+        FakeBackend::new(slots),
+        fake::vocab(),
+        StateModel::PerToken,
+        512,
+        args,
+    );
+    Harness {
+        owner,
+        tx,
+        queued,
+        stats,
+    }
+}
+
+impl Harness {
+    fn submit(
+        &mut self,
+        prompt_len: usize,
+        max_tokens: u32,
+        stop: &[&str],
+    ) -> mpsc::Receiver<Event> {
+        let (otx, orx) = mpsc::channel(4096);
+        let req = GenerateRequest {
+            id: format!("r{prompt_len}"),
+            prompt: (1..=prompt_len as i32).map(|t| t % 60 + 1).collect(),
+            max_tokens,
+            sampling: SamplingParams {
+                temperature: 0.0,
+                ..Default::default()
+            },
+            stop: stop.iter().map(|s| s.to_string()).collect(),
+            ignore_eos: false,
+            arrival: Instant::now(),
+            tokenized: Instant::now(),
+        };
+        self.queued.fetch_add(1, Ordering::AcqRel);
+        self.tx
+            .try_send(Command::Submit(Box::new(Submission { req, outbox: otx })))
+            .unwrap();
+        orx
+    }
+
+    fn busy(&self) -> bool {
+        !self.owner.idle()
+            || !self.owner.draining.is_empty()
+            || self.tx.capacity() < self.tx.max_capacity()
+    }
+
+    fn ticks(&mut self, n: usize) {
+        for _ in 0..n {
+            if !self.busy() {
+                return;
+            }
+            assert!(self.owner.tick());
+        }
+    }
+
+    fn run_idle(&mut self) {
+        for _ in 0..10_000 {
+            if !self.busy() {
+                return;
+            }
+            assert!(self.owner.tick());
+        }
+        panic!("never idle");
+    }
+
+    fn assert_released(&self) {
+        let l = &self.owner.ledger;
+        assert_eq!((l.permits(), l.used(), l.reserved()), (0, 0, 0), "ledger");
+        assert_eq!(
+            self.owner.free_slots.len(),
+            self.owner.config.max_seqs,
+            "slots"
+        );
+        assert!(self.owner.rt.kv.iter().all(|s| s.is_empty()), "kv cells");
+        assert_eq!(self.queued.load(Ordering::Acquire), 0, "queued");
+    }
+}
+
+/// Every event of a finished stream; asserts exactly one terminal event, last.
+fn events(rx: &mut mpsc::Receiver<Event>) -> Vec<Event> {
+    let mut v = Vec::new();
+    while let Ok(e) = rx.try_recv() {
+        v.push(e);
+    }
+    let terminals = v
+        .iter()
+        .filter(|e| matches!(e, Event::Done(_) | Event::Error(_)))
+        .count();
+    assert_eq!(terminals, 1, "exactly one terminal event: {v:?}");
+    assert!(matches!(v.last(), Some(Event::Done(_) | Event::Error(_))));
+    v
+}
+
+fn text(ev: &[Event]) -> String {
+    ev.iter()
+        .filter_map(|e| match e {
+            Event::Text { text, .. } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn done(ev: &[Event]) -> &crate::Finished {
+    match ev.last() {
+        Some(Event::Done(f)) => f,
+        other => panic!("not done: {other:?}"),
+    }
+}
+
+#[test]
+fn finish_by_length_releases_everything() {
+    let mut h = harness(config(2, 16));
+    let mut rx = h.submit(20, 5, &[]);
+    h.run_idle();
+    let ev = events(&mut rx);
+    assert!(matches!(ev[0], Event::Admitted));
+    let f = done(&ev);
+    assert_eq!(f.reason, FinishReason::Length);
+    assert_eq!(f.completion_tokens, 5);
+    assert_eq!(text(&ev).split_whitespace().count(), 5);
+    h.assert_released();
+    assert_eq!(h.stats.borrow().requests_finished, 1);
+}
+
+#[test]
+fn end_of_generation_token_stops() {
+    let mut h = harness(config(1, 64));
+    h.owner.rt.eog_from_pos = Some(12);
+    let mut rx = h.submit(8, 50, &[]);
+    h.run_idle();
+    let ev = events(&mut rx);
+    let f = done(&ev);
+    assert_eq!(f.reason, FinishReason::Stop);
+    assert_eq!(f.completion_tokens, 5, "positions 8..12 then EOG");
+    assert!(!text(&ev).is_empty());
+    h.assert_released();
+}
+
+#[test]
+fn stop_string_ends_and_is_not_emitted() {
+    let mut h = harness(config(1, 64));
+    // Learn the unconstrained output, then stop on its third word.
+    let mut rx = h.submit(6, 8, &[]);
+    h.run_idle();
+    let full = text(&events(&mut rx));
+    let third = full.split_whitespace().nth(2).unwrap().to_string();
+    let mut rx = h.submit(6, 8, &[&third]);
+    h.run_idle();
+    let ev = events(&mut rx);
+    assert_eq!(done(&ev).reason, FinishReason::Stop);
+    assert_eq!(text(&ev), full[..full.find(&third).unwrap()]);
+    h.assert_released();
+}
+
+#[test]
+fn a_failed_step_fails_its_sequences_and_the_engine_goes_on() {
+    let mut h = harness(config(2, 64));
+    let mut a = h.submit(10, 20, &[]);
+    h.ticks(3);
+    h.owner.rt.fail_next = true;
+    h.ticks(1);
+    let ev = events(&mut a);
+    assert!(matches!(
+        ev.last(),
+        Some(Event::Error(GenerationError::Runtime(_)))
+    ));
+    h.assert_released();
+    assert_eq!(h.stats.borrow().requests_failed, 1);
+    let mut b = h.submit(10, 3, &[]);
+    h.run_idle();
+    assert_eq!(done(&events(&mut b)).completion_tokens, 3);
+    h.assert_released();
+}
+
+#[test]
+fn cancel_while_queued_prefilling_or_decoding_releases_everything() {
+    // Queued: one slot busy, the second request waits and its client leaves.
+    let mut h = harness(config(1, 8));
+    let a = h.submit(40, 4, &[]);
+    let b = h.submit(10, 4, &[]);
+    h.ticks(1);
+    assert_eq!(h.owner.waiting.len(), 1);
+    drop(b);
+    h.ticks(1);
+    assert!(h.owner.waiting.is_empty());
+    assert_eq!(h.stats.borrow().requests_cancelled, 1);
+    // Prefilling: `a` is mid-prompt (40 tokens at 8 per step).
+    assert!(!h.owner.seqs[0].is_decoding());
+    assert!(!h.owner.rt.kv[h.owner.seqs[0].slot].is_empty());
+    drop(a);
+    h.run_idle();
+    h.assert_released();
+    assert_eq!(h.stats.borrow().requests_cancelled, 2);
+    // Decoding.
+    let mut c = h.submit(4, 100, &[]);
+    h.ticks(4);
+    assert!(h.owner.seqs[0].is_decoding());
+    let _ = c.try_recv();
+    drop(c);
+    h.run_idle();
+    h.assert_released();
+    assert_eq!(h.stats.borrow().requests_cancelled, 3);
+}
+
+#[test]
+fn queue_timeout_answers_and_leaves_nothing_behind() {
+    let mut c = config(1, 64);
+    c.queue_timeout = Some(Duration::from_millis(20));
+    let mut h = harness(c);
+    let mut a = h.submit(10, 200, &[]);
+    let mut b = h.submit(10, 5, &[]);
+    h.ticks(2);
+    std::thread::sleep(Duration::from_millis(30));
+    h.ticks(1);
+    let ev = events(&mut b);
+    assert!(
+        matches!(ev[0], Event::Error(GenerationError::QueueTimeout(_))),
+        "{ev:?}"
+    );
+    assert_eq!(h.owner.ledger.permits(), 1, "only `a` holds a reservation");
+    assert_eq!(h.queued.load(Ordering::Acquire), 0);
+    h.run_idle();
+    let _ = events(&mut a);
+    h.assert_released();
+    assert_eq!(h.stats.borrow().requests_timed_out_in_queue, 1);
+}
+
+#[test]
+fn decoders_advance_every_step_while_a_long_prompt_prefills() {
+    let mut h = harness(config(4, 16));
+    let mut decoders: Vec<_> = (0..3).map(|_| h.submit(4, 200, &[])).collect();
+    h.ticks(3);
+    assert!(h.owner.seqs.iter().all(|s| s.is_decoding()));
+    let mut long = h.submit(300, 2, &[]);
+    h.ticks(1);
+    for _ in 0..10 {
+        let before: Vec<u32> = h.owner.seqs.iter().take(3).map(|s| s.generated()).collect();
+        h.ticks(1);
+        let after: Vec<u32> = h.owner.seqs.iter().take(3).map(|s| s.generated()).collect();
+        for (b, a) in before.iter().zip(&after) {
+            assert_eq!(a, &(b + 1), "each decoder gets a token every step");
+        }
+        // Step = 3 decode tokens + at most the 16-token prompt budget.
+        assert!(*h.owner.rt.step_sizes.last().unwrap() <= 3 + 16);
+    }
+    drop(decoders.drain(..));
+    h.run_idle();
+    let _ = events(&mut long);
+    h.assert_released();
+}
+
+#[test]
+fn short_request_after_a_long_one_gets_its_first_token_quickly() {
+    let mut h = harness(config(4, 32));
+    let mut long = h.submit(400, 1, &[]);
+    h.ticks(2);
+    let mut short = h.submit(10, 1, &[]);
+    let mut ticks = 0;
+    loop {
+        h.ticks(1);
+        ticks += 1;
+        let mut finished = false;
+        while let Ok(e) = short.try_recv() {
+            finished |= matches!(e, Event::Done(_));
+        }
+        if finished {
+            break;
+        }
+        assert!(ticks < 5, "short request stuck behind the long prompt");
+    }
+    h.run_idle();
+    let _ = events(&mut long);
+    h.assert_released();
+}
