@@ -25,7 +25,9 @@ pub use crate::core::EngineStats;
 pub use crate::identity::ModelIdentity;
 pub use crate::model::{LoadError, TokenId};
 pub use crate::prepare::{PrepareError, Preparer};
-pub use crate::stream::{Event, FinishReason, Finished, GenerationError, RequestStream, Timings};
+pub use crate::stream::{
+    Event, FinishReason, Finished, GenerationError, RequestStream, Timings, TokenLogprob,
+};
 
 /// Everything the engine needs to start. Server flags map onto this.
 #[derive(Debug, Clone)]
@@ -111,6 +113,11 @@ pub struct GenerateRequest {
     pub stop: Vec<String>,
     /// Never end on an end-of-generation token (they are masked out).
     pub ignore_eos: bool,
+    /// Return each sampled token's logprob with this many alternatives.
+    pub logprobs: Option<usize>,
+    /// Score the prompt: the logprob of every prompt token after the first
+    /// (with `logprobs` alternatives). `max_tokens` may then be 0.
+    pub prompt_logprobs: bool,
     pub arrival: Instant,
     pub tokenized: Instant,
 }

@@ -36,6 +36,16 @@ pub struct Timings {
     pub retired_ms: f64,
 }
 
+/// Log-probability of a token under the model's raw distribution (log
+/// softmax of the logits, before penalties and temperature), with the most
+/// likely alternatives when asked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogprob {
+    pub token: crate::TokenId,
+    pub logprob: f32,
+    pub top: Vec<(crate::TokenId, f32)>,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Finished {
     pub reason: FinishReason,
@@ -43,6 +53,8 @@ pub struct Finished {
     pub completion_tokens: u32,
     /// Every sampled token, the end-of-generation token included.
     pub output_tokens: Vec<crate::TokenId>,
+    /// With `prompt_logprobs`: entry i scores prompt token i + 1.
+    pub prompt_logprobs: Option<Vec<TokenLogprob>>,
     pub timings: Timings,
 }
 
@@ -65,6 +77,8 @@ pub enum Event {
     Text {
         text: String,
         tokens: u32,
+        /// One entry per token covered, when the request asked for logprobs.
+        logprobs: Vec<TokenLogprob>,
     },
     Done(Finished),
     Error(GenerationError),

@@ -45,6 +45,8 @@ fn request(prompt: Vec<TokenId>, max_tokens: u32, sampling: SamplingParams) -> G
         sampling,
         stop: vec![],
         ignore_eos: false,
+        logprobs: None,
+        prompt_logprobs: false,
         arrival: Instant::now(),
         tokenized: Instant::now(),
     }

@@ -8,6 +8,7 @@
 //! `RequestStream`, which the engine treats as a cancellation.
 
 pub mod error;
+pub mod logprobs;
 pub mod metrics;
 pub mod validate;
 
@@ -208,11 +209,34 @@ async fn run(
             return Err(ApiError::model_not_found(m));
         }
     }
+    let score_prompt = spec.echo && spec.logprobs.is_some();
+    if score_prompt && spec.stream {
+        return Err(ApiError::unsupported(
+            "`echo` with `logprobs` is supported without `stream` only",
+            "echo",
+        ));
+    }
+    let mut echo_text = None;
     let prompt = match input {
         PromptInput::Chat(m) => s.engine.preparer().chat(m).await?,
-        PromptInput::Text(t) => s.engine.preparer().text(t).await?,
-        PromptInput::Tokens(t) => t,
+        PromptInput::Text(t) => {
+            if spec.echo {
+                echo_text = Some(t.clone());
+            }
+            s.engine.preparer().text(t).await?
+        }
+        PromptInput::Tokens(t) => {
+            if spec.echo {
+                let bytes: Vec<u8> = t
+                    .iter()
+                    .flat_map(|&x| s.engine.token_bytes(x).to_vec())
+                    .collect();
+                echo_text = Some(String::from_utf8_lossy(&bytes).into_owned());
+            }
+            t
+        }
     };
+    let first_prompt_token = prompt.first().copied();
     let tokenized = Instant::now();
     let max_tokens = Preparer::resolve_max_tokens(
         prompt.len(),
@@ -227,6 +251,8 @@ async fn run(
         sampling: spec.sampling.clone(),
         stop: spec.stop.clone(),
         ignore_eos: spec.ignore_eos,
+        logprobs: spec.logprobs,
+        prompt_logprobs: score_prompt,
         arrival,
         tokenized,
     })?;
@@ -237,6 +263,9 @@ async fn run(
         api,
         spec,
         arrival,
+        engine: s.engine.clone(),
+        echo_text,
+        first_prompt_token,
     };
     // Wait for admission (or a queue timeout, which is then a real 503).
     let first = match stream.next().await {
@@ -248,10 +277,34 @@ async fn run(
         s.metrics.record_status(200);
         Ok(sse_response(s.clone(), ctx, stream, first))
     } else {
-        let (text, fin) = stream.collect().await.map_err(ApiError::from)?;
+        let mut text = String::new();
+        let mut lps = Vec::new();
+        let mut pending = first;
+        let fin = loop {
+            let ev = match pending.take() {
+                Some(ev) => Some(ev),
+                None => stream.next().await,
+            };
+            match ev {
+                Some(Event::Text {
+                    text: t, logprobs, ..
+                }) => {
+                    text.push_str(&t);
+                    lps.extend(logprobs);
+                }
+                Some(Event::Done(f)) => break f,
+                Some(Event::Error(e)) => return Err(ApiError::from(e)),
+                Some(Event::Admitted) => {}
+                None => {
+                    return Err(ApiError::internal(
+                        "the engine ended this request without a result",
+                    ))
+                }
+            }
+        };
         s.metrics.record_status(200);
         s.metrics.observe_finished(&fin);
-        Ok(Json(ctx.full_response(text, &fin)).into_response())
+        Ok(Json(ctx.full_response(text, &lps, &fin)).into_response())
     }
 }
 
@@ -262,6 +315,10 @@ struct ReplyCtx {
     api: Api,
     spec: GenSpec,
     arrival: Instant,
+    engine: EngineHandle,
+    /// Completions `echo`: the prompt text to return before the completion.
+    echo_text: Option<String>,
+    first_prompt_token: Option<steward_engine::TokenId>,
 }
 
 fn usage(f: &Finished) -> p::Usage {
@@ -297,8 +354,41 @@ fn finish_str(r: FinishReason) -> Option<String> {
 }
 
 impl ReplyCtx {
-    fn full_response(&self, text: String, f: &Finished) -> serde_json::Value {
+    fn logprobs_value(
+        &self,
+        lps: &[steward_engine::TokenLogprob],
+        f: Option<&Finished>,
+    ) -> Option<serde_json::Value> {
+        self.spec.logprobs?;
+        Some(match self.api {
+            Api::Chat => logprobs::chat(&self.engine, lps),
+            Api::Completion => {
+                let mut all = Vec::new();
+                let mut first = None;
+                let mut offset0 = 0;
+                if let Some(pl) = f.and_then(|f| f.prompt_logprobs.as_ref()) {
+                    first = self.first_prompt_token;
+                    all.extend(pl.iter().cloned());
+                } else if let Some(e) = &self.echo_text {
+                    offset0 = e.len();
+                }
+                all.extend(lps.iter().cloned());
+                logprobs::completion(&self.engine, first, &all, offset0)
+            }
+        })
+    }
+
+    fn full_response(
+        &self,
+        mut text: String,
+        lps: &[steward_engine::TokenLogprob],
+        f: &Finished,
+    ) -> serde_json::Value {
         let t = self.spec.timings.then(|| timings(f));
+        let logprobs = self.logprobs_value(lps, Some(f));
+        if let Some(e) = &self.echo_text {
+            text.insert_str(0, e);
+        }
         let v = match self.api {
             Api::Chat => serde_json::to_value(p::ChatCompletionResponse {
                 id: self.id.clone(),
@@ -312,7 +402,7 @@ impl ReplyCtx {
                         content: text,
                     },
                     finish_reason: finish_str(f.reason),
-                    logprobs: None,
+                    logprobs: logprobs.clone(),
                 }],
                 usage: usage(f),
                 system_fingerprint: None,
@@ -327,7 +417,7 @@ impl ReplyCtx {
                     index: 0,
                     text,
                     finish_reason: finish_str(f.reason),
-                    logprobs: None,
+                    logprobs: logprobs.clone(),
                 }],
                 usage: Some(Some(usage(f))),
                 system_fingerprint: None,
@@ -338,7 +428,18 @@ impl ReplyCtx {
     }
 
     /// One streamed chunk: text delta, or the finish, or (choices empty) usage.
-    fn chunk(&self, text: Option<String>, finish: Option<&Finished>, role: bool) -> String {
+    fn chunk(
+        &self,
+        text: Option<String>,
+        lps: &[steward_engine::TokenLogprob],
+        finish: Option<&Finished>,
+        role: bool,
+    ) -> String {
+        let logprobs = if lps.is_empty() {
+            None
+        } else {
+            self.logprobs_value(lps, None)
+        };
         let usage_field = self.spec.include_usage.then_some(None);
         let v = match self.api {
             Api::Chat => serde_json::to_value(p::ChatCompletionChunk {
@@ -353,7 +454,7 @@ impl ReplyCtx {
                         content: text,
                     },
                     finish_reason: finish.and_then(|f| finish_str(f.reason)),
-                    logprobs: None,
+                    logprobs: logprobs.clone(),
                 }],
                 system_fingerprint: None,
                 usage: usage_field,
@@ -368,7 +469,7 @@ impl ReplyCtx {
                     index: 0,
                     text: text.unwrap_or_default(),
                     finish_reason: finish.and_then(|f| finish_str(f.reason)),
-                    logprobs: None,
+                    logprobs: logprobs.clone(),
                 }],
                 usage: usage_field,
                 system_fingerprint: None,
@@ -437,24 +538,32 @@ fn sse_response(
             };
             match ev {
                 Some(Event::Admitted) => {}
-                Some(Event::Text { text, .. }) => {
+                Some(Event::Text { text, logprobs, .. }) => {
                     if !st.started && st.ctx.api == Api::Chat {
                         st.queue
-                            .push_back(st.ctx.chunk(Some(String::new()), None, true));
+                            .push_back(st.ctx.chunk(Some(String::new()), &[], None, true));
                     }
                     if !st.started {
                         st.started = true;
                         let ms = st.ctx.arrival.elapsed().as_secs_f64();
                         st.s.metrics.observe_first_text(ms);
                     }
-                    st.queue.push_back(st.ctx.chunk(Some(text), None, false));
+                    let text = match st.ctx.echo_text.take() {
+                        Some(e) => e + &text,
+                        None => text,
+                    };
+                    st.queue
+                        .push_back(st.ctx.chunk(Some(text), &logprobs, None, false));
                 }
                 Some(Event::Done(f)) => {
+                    if let Some(e) = st.ctx.echo_text.take() {
+                        st.queue.push_back(st.ctx.chunk(Some(e), &[], None, false));
+                    }
                     if !st.started && st.ctx.api == Api::Chat {
                         st.queue
-                            .push_back(st.ctx.chunk(Some(String::new()), None, true));
+                            .push_back(st.ctx.chunk(Some(String::new()), &[], None, true));
                     }
-                    st.queue.push_back(st.ctx.chunk(None, Some(&f), false));
+                    st.queue.push_back(st.ctx.chunk(None, &[], Some(&f), false));
                     if st.ctx.spec.include_usage || st.ctx.spec.timings {
                         st.queue.push_back(st.ctx.usage_chunk(&f));
                     }

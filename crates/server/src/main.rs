@@ -31,6 +31,21 @@ enum Cmd {
     /// Decode one sequence directly on the runtime adapter (no HTTP, no
     /// scheduler) and print tokens/s: the ceiling for single-stream speed.
     BenchRuntime(BenchRuntimeArgs),
+    /// Rewrite a GGUF's weights in another format (llama.cpp's quantizer).
+    Convert(ConvertArgs),
+}
+
+#[derive(Args)]
+struct ConvertArgs {
+    /// Input GGUF (default: the default model).
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Target format: Q4_0, Q4_1, Q8_0, BF16, F16.
+    #[arg(long)]
+    to: String,
+    /// Output path (default: beside the input, with the format in its name).
+    #[arg(long)]
+    out: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -161,6 +176,7 @@ fn main() {
         Cmd::Serve(a) => serve(a),
         Cmd::FetchModel => resolve_model(&None).map(|p| println!("{}", p.display())),
         Cmd::BenchRuntime(a) => bench_runtime(a),
+        Cmd::Convert(a) => convert(a),
     };
     if let Err(e) = r {
         eprintln!("steward: error: {e:#}");
@@ -265,5 +281,27 @@ fn bench_runtime(a: BenchRuntimeArgs) -> anyhow::Result<()> {
     v["ubatch"] = a.batch.into();
     v["flash_attn"] = a.flash_attn.into();
     println!("{v}");
+    Ok(())
+}
+
+fn convert(a: ConvertArgs) -> anyhow::Result<()> {
+    let input = resolve_model(&a.model)?;
+    let format = steward_engine::model::WeightFormat::parse(&a.to)
+        .with_context(|| format!("unknown format {}; use Q4_0, Q4_1, Q8_0, BF16 or F16", a.to))?;
+    let out = a.out.unwrap_or_else(|| {
+        let stem = input
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let base = stem
+            .rsplit_once('.')
+            .map_or(stem.as_str(), |(b, _)| b)
+            .to_string();
+        input.with_file_name(format!("{base}.{}.gguf", format.name()))
+    });
+    let t = std::time::Instant::now();
+    steward_engine::model::convert(&input, &out, format, threads(None))?;
+    eprintln!("converted in {:.1} s", t.elapsed().as_secs_f64());
+    println!("{}", out.display());
     Ok(())
 }

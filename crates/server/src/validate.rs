@@ -23,6 +23,10 @@ pub struct GenSpec {
     pub include_usage: bool,
     pub timings: bool,
     pub ignore_eos: bool,
+    /// Alternatives per token when logprobs were asked for.
+    pub logprobs: Option<usize>,
+    /// Completions `echo`: return (and, with logprobs, score) the prompt.
+    pub echo: bool,
 }
 
 pub enum PromptInput {
@@ -62,11 +66,7 @@ fn range(v: Option<f64>, name: &str, lo: f64, hi: f64, default: f64) -> Result<f
     }
 }
 
-fn absent_or_false(v: &Option<Value>) -> bool {
-    matches!(v, None | Some(Value::Null) | Some(Value::Bool(false)))
-}
-
-fn fields(s: SamplingFields, request_seq: u64) -> Result<GenSpec, ApiError> {
+fn fields(s: SamplingFields, request_seq: u64, completions: bool) -> Result<GenSpec, ApiError> {
     if let Some(n) = s.n {
         if n != 1 {
             return Err(ApiError::unsupported(
@@ -75,18 +75,53 @@ fn fields(s: SamplingFields, request_seq: u64) -> Result<GenSpec, ApiError> {
             ));
         }
     }
-    if !absent_or_false(&s.logprobs) {
-        return Err(ApiError::unsupported(
-            "`logprobs` is not supported yet",
-            "logprobs",
-        ));
-    }
-    if !matches!(s.top_logprobs, None | Some(Value::Null)) {
-        return Err(ApiError::unsupported(
-            "`top_logprobs` is not supported yet",
-            "top_logprobs",
-        ));
-    }
+    let logprobs = match (completions, &s.logprobs, &s.top_logprobs) {
+        // Chat: `logprobs: bool` plus `top_logprobs: 0..=20`.
+        (false, lp, top) => {
+            let on = match lp {
+                None | Some(Value::Null) | Some(Value::Bool(false)) => false,
+                Some(Value::Bool(true)) => true,
+                Some(_) => {
+                    return Err(ApiError::invalid_value(
+                        "`logprobs` must be a boolean",
+                        "logprobs",
+                    ))
+                }
+            };
+            let n = match top {
+                None | Some(Value::Null) => 0,
+                Some(v) => match v.as_u64() {
+                    Some(n) if n <= 20 && on => n as usize,
+                    Some(n) if n <= 20 => {
+                        return Err(ApiError::invalid_value(
+                            "`top_logprobs` requires `logprobs: true`",
+                            "top_logprobs",
+                        ))
+                    }
+                    _ => {
+                        return Err(ApiError::invalid_value(
+                            "`top_logprobs` must be an integer from 0 to 20",
+                            "top_logprobs",
+                        ))
+                    }
+                },
+            };
+            on.then_some(n)
+        }
+        // Legacy completions: `logprobs: 0..=20` alternatives.
+        (true, lp, _) => match lp {
+            None | Some(Value::Null) => None,
+            Some(v) => match v.as_u64() {
+                Some(n) if n <= 20 => Some(n as usize),
+                _ => {
+                    return Err(ApiError::invalid_value(
+                        "`logprobs` must be an integer from 0 to 20",
+                        "logprobs",
+                    ))
+                }
+            },
+        },
+    };
     match &s.logit_bias {
         None | Some(Value::Null) => {}
         Some(Value::Object(m)) if m.is_empty() => {}
@@ -126,6 +161,10 @@ fn fields(s: SamplingFields, request_seq: u64) -> Result<GenSpec, ApiError> {
     };
     let max_tokens = match max_tokens {
         None => None,
+        Some((0, name)) if completions => {
+            let _ = name;
+            Some(0)
+        }
         Some((v, name)) if (1..=i64::from(u32::MAX)).contains(&v) => {
             let _ = name;
             Some(v as u32)
@@ -172,6 +211,8 @@ fn fields(s: SamplingFields, request_seq: u64) -> Result<GenSpec, ApiError> {
         include_usage: s.stream_options.is_some_and(|o| o.include_usage),
         timings: s.timings,
         ignore_eos: s.ignore_eos,
+        logprobs,
+        echo: false,
     })
 }
 
@@ -257,7 +298,7 @@ pub fn chat(body: &[u8], seq: u64) -> Result<(GenSpec, PromptInput), ApiError> {
         };
         messages.push(TemplateMessage { role, content });
     }
-    let mut spec = fields(r.sampling, seq)?;
+    let mut spec = fields(r.sampling, seq, false)?;
     spec.model = r.model;
     Ok((spec, PromptInput::Chat(messages)))
 }
@@ -268,9 +309,7 @@ pub fn completion(
     n_vocab: usize,
 ) -> Result<(GenSpec, PromptInput), ApiError> {
     let r: CompletionRequest = parse_json(body)?;
-    if r.echo == Some(true) {
-        return Err(ApiError::unsupported("`echo` is not supported yet", "echo"));
-    }
+
     if r.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
         return Err(ApiError::unsupported(
             "`suffix` is not supported by this model",
@@ -325,8 +364,15 @@ pub fn completion(
             Some("prompt"),
         ));
     }
-    let mut spec = fields(r.sampling, seq)?;
+    let mut spec = fields(r.sampling, seq, true)?;
     spec.model = r.model;
+    spec.echo = r.echo == Some(true);
+    if spec.max_tokens == Some(0) && !spec.echo {
+        return Err(ApiError::invalid_value(
+            "`max_tokens` must be at least 1 (0 is allowed only with `echo` to score a prompt)",
+            "max_tokens",
+        ));
+    }
     Ok((spec, input))
 }
 
@@ -384,9 +430,14 @@ mod tests {
                 "invalid_value",
             ),
             (
-                r#"{"messages":[{"role":"user","content":"x"}],"logprobs":true}"#,
-                Some("logprobs"),
-                "unsupported_parameter",
+                r#"{"messages":[{"role":"user","content":"x"}],"top_logprobs":3}"#,
+                Some("top_logprobs"),
+                "invalid_value",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":99}"#,
+                Some("top_logprobs"),
+                "invalid_value",
             ),
             (
                 r#"{"messages":[{"role":"user","content":[{"type":"image_url"}]}]}"#,
@@ -442,13 +493,26 @@ mod tests {
             completion(br#"{"prompt":""}"#, 1, 10).err().unwrap().status,
             400
         );
+        assert!(completion(
+            br#"{"prompt":"x","echo":true,"max_tokens":0,"logprobs":1}"#,
+            1,
+            10
+        )
+        .is_ok());
         assert_eq!(
-            completion(br#"{"prompt":"x","echo":true}"#, 1, 10)
+            completion(br#"{"prompt":"x","max_tokens":0}"#, 1, 10)
                 .err()
                 .unwrap()
                 .param
                 .as_deref(),
-            Some("echo")
+            Some("max_tokens")
+        );
+        assert_eq!(
+            completion(br#"{"prompt":"x","logprobs":true}"#, 1, 10)
+                .err()
+                .unwrap()
+                .code,
+            "invalid_value"
         );
     }
 }

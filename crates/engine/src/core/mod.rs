@@ -401,6 +401,7 @@ impl<B: Backend> Owner<B> {
         let t = Instant::now();
         self.rt.clear();
         let mut rows: Vec<(usize, usize)> = Vec::new(); // (seq index, batch row)
+        let mut scored: Vec<(usize, usize, usize)> = Vec::new(); // (seq, chunk, first row)
         let mut built = Ok(());
         for (si, seq) in self.seqs.iter_mut().enumerate() {
             if plan.decode.contains(&seq.key) {
@@ -408,10 +409,16 @@ impl<B: Backend> Owner<B> {
                     Ok(row) => rows.push((si, row)),
                     Err(e) => built = Err(e),
                 }
-            } else if let Some(c) = plan.chunks.iter().find(|c| c.key == seq.key) {
-                match seq.push_chunk(&mut self.rt, c) {
-                    Ok(Some(row)) => rows.push((si, row)),
-                    Ok(None) => {}
+            } else if let Some(ci) = plan.chunks.iter().position(|c| c.key == seq.key) {
+                match seq.push_chunk(&mut self.rt, &plan.chunks[ci]) {
+                    Ok(r) => {
+                        if let Some(row) = r.sample {
+                            rows.push((si, row));
+                        }
+                        if let Some(first) = r.all_from {
+                            scored.push((si, ci, first));
+                        }
+                    }
                     Err(e) => built = Err(e),
                 }
             }
@@ -432,6 +439,9 @@ impl<B: Backend> Owner<B> {
             if let Some(seq) = self.seqs.iter_mut().find(|s| s.key == c.key) {
                 seq.chunk_done(c);
             }
+        }
+        for &(si, ci, first) in &scored {
+            self.seqs[si].score_chunk(&self.rt, &plan.chunks[ci], first);
         }
         for &(si, row) in &rows {
             self.seqs[si].sample_and_emit(self.rt.logits(row), &self.vocab);

@@ -82,6 +82,37 @@ impl Rng {
     }
 }
 
+/// Log-softmax of `logits` at `token`, and the `top_n` most likely tokens.
+pub fn logprob_of(logits: &[f32], token: TokenId, top_n: usize) -> crate::stream::TokenLogprob {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = logits.iter().map(|&l| f64::from(l - max).exp()).sum();
+    let lse = max + sum.ln() as f32;
+    let lp = |t: TokenId| {
+        logits
+            .get(t as usize)
+            .map_or(f32::NEG_INFINITY, |&l| l - lse)
+    };
+    let mut top = Vec::new();
+    if top_n > 0 && !logits.is_empty() {
+        let mut idx: Vec<TokenId> = (0..logits.len() as TokenId).collect();
+        let n = top_n.min(idx.len());
+        let by_logit = |a: &TokenId, b: &TokenId| {
+            logits[*b as usize]
+                .total_cmp(&logits[*a as usize])
+                .then(a.cmp(b))
+        };
+        idx.select_nth_unstable_by(n - 1, by_logit);
+        idx.truncate(n);
+        idx.sort_by(by_logit);
+        top = idx.into_iter().map(|t| (t, lp(t))).collect();
+    }
+    crate::stream::TokenLogprob {
+        token,
+        logprob: lp(token),
+        top,
+    }
+}
+
 #[derive(Debug)]
 pub struct Sampler {
     p: SamplingParams,
@@ -318,6 +349,17 @@ mod tests {
             &[0],
         );
         assert_eq!(r.sample(&l, &[]), 1);
+    }
+
+    #[test]
+    fn logprobs_are_a_normalised_log_softmax() {
+        let l = vec![1.0f32, 2.0, 3.0, 0.5];
+        let r = logprob_of(&l, 1, 2);
+        let z: f32 = l.iter().map(|x| x.exp()).sum();
+        assert!((r.logprob - (2.0f32.exp() / z).ln()).abs() < 1e-5);
+        assert_eq!(r.top.iter().map(|t| t.0).collect::<Vec<_>>(), vec![2, 1]);
+        let total: f32 = (0..4).map(|t| logprob_of(&l, t, 0).logprob.exp()).sum();
+        assert!((total - 1.0).abs() < 1e-5);
     }
 
     #[test]

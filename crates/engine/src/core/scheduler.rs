@@ -148,14 +148,11 @@ impl StepCostModel {
     /// Prompt budget for the next step so that it takes about `target_ms`
     /// (`max` until there is a measurement; never below `min`).
     pub fn budget(&self, target_ms: f64, decoding: bool, min: usize, max: usize) -> usize {
-        let Some(per) = self.prompt_token_ms else {
+        // Nobody is decoding: no rhythm to protect, prefill at full speed.
+        let (Some(per), true) = (self.prompt_token_ms, decoding) else {
             return max;
         };
-        let base = if decoding {
-            self.decode_ms.unwrap_or(0.0)
-        } else {
-            0.0
-        };
+        let base = self.decode_ms.unwrap_or(0.0);
         let b = ((target_ms - base) / per).floor();
         if b.is_finite() {
             (b.max(0.0) as usize).clamp(min, max)
@@ -323,6 +320,11 @@ mod tests {
         assert!((155..=165).contains(&b), "{b}");
         assert_eq!(m.budget(10.0, true, 8, 512), 8, "never below min");
         assert_eq!(m.budget(10_000.0, true, 8, 512), 512, "never above max");
+        assert_eq!(
+            m.budget(100.0, false, 8, 512),
+            512,
+            "no decoders: full speed"
+        );
     }
 
     #[test]

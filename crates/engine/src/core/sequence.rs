@@ -13,12 +13,20 @@ use tokio::sync::mpsc;
 
 use super::admission::Permit;
 use super::backend::Backend;
-use super::sampler::Sampler;
+use super::sampler::{logprob_of, Sampler};
 use super::scheduler::{Chunk, SeqView};
 use super::Submission;
 use crate::detok::StreamDetokenizer;
 use crate::model::{StepError, TokenId, Vocab};
-use crate::stream::{Event, FinishReason, Finished, GenerationError, Timings};
+use crate::stream::{Event, FinishReason, Finished, GenerationError, Timings, TokenLogprob};
+
+/// Batch rows a prompt chunk asked logits for.
+pub(super) struct ChunkRows {
+    /// Row of the chunk's first token, when every token has logits.
+    pub all_from: Option<usize>,
+    /// Row to sample the first generated token from (the prompt's last).
+    pub sample: Option<usize>,
+}
 
 pub(super) enum Outcome {
     Finished(FinishReason),
@@ -36,6 +44,9 @@ pub(super) struct Sequence {
     output: Vec<TokenId>,
     max_tokens: u32,
     ignore_eos: bool,
+    logprobs: Option<usize>,
+    prompt_lp: Option<Vec<TokenLogprob>>,
+    unsent_lp: Vec<TokenLogprob>,
     ctx_limit: u32,
     sampler: Sampler,
     detok: StreamDetokenizer,
@@ -68,6 +79,9 @@ impl Sequence {
             output: Vec::new(),
             max_tokens: r.max_tokens,
             ignore_eos: r.ignore_eos,
+            logprobs: r.logprobs,
+            prompt_lp: r.prompt_logprobs.then(Vec::new),
+            unsent_lp: Vec::new(),
             ctx_limit,
             outbox: sub.outbox,
             unsent: String::new(),
@@ -116,22 +130,39 @@ impl Sequence {
         Ok(row)
     }
 
-    /// Push a prompt chunk; returns the logits row when it ends the prompt.
-    pub fn push_chunk(
-        &mut self,
-        rt: &mut impl Backend,
-        c: &Chunk,
-    ) -> Result<Option<usize>, StepError> {
+    /// Push a prompt chunk; says which rows will carry logits.
+    pub fn push_chunk(&mut self, rt: &mut impl Backend, c: &Chunk) -> Result<ChunkRows, StepError> {
         let last = c.completes(self.prompt.len());
-        let mut row = None;
+        let all = self.prompt_lp.is_some();
+        let mut rows = ChunkRows {
+            all_from: None,
+            sample: None,
+        };
         for i in c.start..c.start + c.len {
-            let want = last && i + 1 == c.start + c.len;
-            let idx = rt.push(self.prompt[i], i as u32, self.slot, want)?;
-            if want {
-                row = Some(idx);
+            let is_last = last && i + 1 == c.start + c.len;
+            let idx = rt.push(self.prompt[i], i as u32, self.slot, all || is_last)?;
+            if all && i == c.start {
+                rows.all_from = Some(idx);
+            }
+            if is_last && self.max_tokens > 0 {
+                rows.sample = Some(idx);
             }
         }
-        Ok(row)
+        Ok(rows)
+    }
+
+    /// Score the prompt tokens a chunk's logits predict (prompt scoring).
+    pub fn score_chunk(&mut self, rt: &impl Backend, c: &Chunk, first_row: usize) {
+        let top = self.logprobs.unwrap_or(0);
+        let Some(out) = self.prompt_lp.as_mut() else {
+            return;
+        };
+        for i in 0..c.len {
+            let target = c.start + i + 1;
+            if let Some(&tok) = self.prompt.get(target) {
+                out.push(logprob_of(rt.logits(first_row + i), tok, top));
+            }
+        }
     }
 
     pub fn chunk_done(&mut self, c: &Chunk) {
@@ -139,6 +170,10 @@ impl Sequence {
         self.permit.consume(c.len as u64);
         if self.computed == self.prompt.len() {
             self.prefill_done = Some(Instant::now());
+            if self.max_tokens == 0 {
+                // Prompt scoring only: nothing to generate.
+                self.outcome = Some(Outcome::Finished(FinishReason::Length));
+            }
         }
     }
 
@@ -148,6 +183,9 @@ impl Sequence {
         let banned: &[TokenId] = if self.ignore_eos { &vocab.eog_ids } else { &[] };
         let tok = self.sampler.sample(logits, banned);
         self.sampler.accept(tok);
+        if let Some(top) = self.logprobs {
+            self.unsent_lp.push(logprob_of(logits, tok, top));
+        }
         self.generated += 1;
         self.output.push(tok);
         if self.first_token.is_none() {
@@ -184,12 +222,17 @@ impl Sequence {
         let ev = Event::Text {
             text: std::mem::take(&mut self.unsent),
             tokens: std::mem::take(&mut self.unsent_tokens),
+            logprobs: std::mem::take(&mut self.unsent_lp),
         };
-        if let Err(mpsc::error::TrySendError::Full(Event::Text { text, tokens })) =
-            self.outbox.try_send(ev)
+        if let Err(mpsc::error::TrySendError::Full(Event::Text {
+            text,
+            tokens,
+            logprobs,
+        })) = self.outbox.try_send(ev)
         {
             self.unsent = text;
             self.unsent_tokens = tokens;
+            self.unsent_lp = logprobs;
         }
     }
 
@@ -206,10 +249,11 @@ impl Sequence {
         };
         let tail = self.detok.finish();
         self.unsent.push_str(&tail.text);
-        if !self.unsent.is_empty() {
+        if !self.unsent.is_empty() || !self.unsent_lp.is_empty() {
             events.push_back(Event::Text {
                 text: std::mem::take(&mut self.unsent),
                 tokens: std::mem::take(&mut self.unsent_tokens),
+                logprobs: std::mem::take(&mut self.unsent_lp),
             });
         }
         let ms = |t: Option<Instant>| {
@@ -221,6 +265,7 @@ impl Sequence {
             prompt_tokens: self.prompt.len() as u32,
             completion_tokens: self.generated,
             output_tokens: std::mem::take(&mut self.output),
+            prompt_logprobs: self.prompt_lp.take(),
             timings: Timings {
                 tokenized_ms: ms(Some(self.tokenized)),
                 admitted_ms: ms(Some(self.admitted)),

@@ -76,6 +76,8 @@ impl Harness {
             },
             stop: stop.iter().map(|s| s.to_string()).collect(),
             ignore_eos: false,
+            logprobs: None,
+            prompt_logprobs: false,
             arrival: Instant::now(),
             tokenized: Instant::now(),
         };
