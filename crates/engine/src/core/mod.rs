@@ -66,6 +66,11 @@ pub struct EngineStats {
     pub requests_timed_out_in_queue: u64,
     pub last_step_ms: f64,
     pub last_step_tokens: usize,
+    /// Time inside the runtime (llama_decode) summed over steps.
+    pub step_runtime_ms_total: f64,
+    /// Steward's own work per step (planning, batch building, sampling,
+    /// detokenizing, event delivery) summed over steps.
+    pub step_host_ms_total: f64,
     pub prompt_budget: usize,
 }
 
@@ -423,7 +428,10 @@ impl<B: Backend> Owner<B> {
                 }
             }
         }
-        if let Err(e) = built.and_then(|_| self.rt.decode()) {
+        let t_submit = Instant::now();
+        let decoded = built.and_then(|_| self.rt.decode());
+        let runtime_ms = t_submit.elapsed().as_secs_f64() * 1e3;
+        if let Err(e) = decoded {
             tracing::error!(error = %e, tokens = plan.n_tokens(), "step failed; failing its sequences");
             let keys: Vec<u64> = plan
                 .decode
@@ -450,6 +458,8 @@ impl<B: Backend> Owner<B> {
         self.cost.observe(plan.decode.len(), n_prompt, ms);
         self.stats.send_modify(|s| {
             s.steps += 1;
+            s.step_runtime_ms_total += runtime_ms;
+            s.step_host_ms_total += ms - runtime_ms;
             s.generated_tokens_total += rows.len() as u64;
             s.prompt_tokens_total += n_prompt as u64;
         });
