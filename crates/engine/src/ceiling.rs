@@ -38,6 +38,27 @@ pub fn run(
     steps: usize,
     reps: usize,
 ) -> Result<CeilingResult, StepError> {
+    run_chunked(
+        model,
+        params,
+        parallel,
+        prompt_tokens,
+        steps,
+        reps,
+        usize::MAX,
+    )
+}
+
+/// As `run`, with each prompt prefilled in chunks of `chunk` tokens.
+pub fn run_chunked(
+    model: &LoadedModel,
+    params: &RuntimeParams,
+    parallel: usize,
+    prompt_tokens: usize,
+    steps: usize,
+    reps: usize,
+    chunk: usize,
+) -> Result<CeilingResult, StepError> {
     let mut rt = model
         .new_runtime(params)
         .map_err(|e| StepError::Decode(e.to_string()))?;
@@ -51,12 +72,16 @@ pub fn run(
         let t = Instant::now();
         for (s, n) in next.iter_mut().enumerate() {
             rt.clear_slot(s);
-            rt.clear();
             let mut row = 0;
-            for (i, &tok) in prompt.iter().enumerate() {
-                row = rt.push(tok, i as u32, s, i + 1 == prompt.len())?;
+            for (c, part) in prompt.chunks(chunk.max(1)).enumerate() {
+                rt.clear();
+                let base = c * chunk.max(1);
+                for (i, &tok) in part.iter().enumerate() {
+                    let pos = base + i;
+                    row = rt.push(tok, pos as u32, s, pos + 1 == prompt.len())?;
+                }
+                rt.decode()?;
             }
-            rt.decode()?;
             *n = argmax(rt.logits(row));
         }
         prefill.push((prompt.len() * parallel) as f64 / t.elapsed().as_secs_f64());

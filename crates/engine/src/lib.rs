@@ -12,6 +12,7 @@ pub mod fetch;
 pub mod identity;
 pub mod model;
 pub mod prepare;
+pub mod stats;
 pub mod stream;
 
 use std::path::PathBuf;
@@ -21,10 +22,10 @@ use std::time::Instant;
 use tokio::sync::{mpsc, watch};
 
 pub use crate::core::sampler::SamplingParams;
-pub use crate::core::EngineStats;
 pub use crate::identity::ModelIdentity;
 pub use crate::model::{LoadError, TokenId};
 pub use crate::prepare::{PrepareError, Preparer};
+pub use crate::stats::{CancelState, EngineStats, Histogram};
 pub use crate::stream::{
     Event, FinishReason, Finished, GenerationError, RequestStream, Timings, TokenLogprob,
 };
@@ -54,11 +55,19 @@ pub struct EngineConfig {
     pub n_threads_batch: i32,
     pub n_ubatch: u32,
     pub flash_attn: bool,
+    /// Q8_0 KV cache (implies flash attention).
+    pub kv_q8: bool,
     pub n_gpu_layers: u32,
     /// Bounded queue of submitted, not yet admitted requests.
     pub max_waiting: usize,
     /// Events buffered per request before text is coalesced.
     pub outbox_capacity: usize,
+    /// Slow readers: tokens allowed to wait undelivered (coalesced) before
+    /// the policy applies.
+    pub max_lag_tokens: u32,
+    pub slow_reader: SlowReaderPolicy,
+    /// A paused reader that has not caught up after this long is ended.
+    pub slow_reader_timeout: Option<std::time::Duration>,
     pub tokenizer_threads: usize,
     pub tokenizer_queue: usize,
     /// Largest `max_tokens` accepted (also the default when absent, capped
@@ -92,9 +101,13 @@ impl EngineConfig {
             n_threads_batch: cores,
             n_ubatch: 512,
             flash_attn: false,
+            kv_q8: false,
             n_gpu_layers: 0,
             max_waiting: 256,
             outbox_capacity: 64,
+            max_lag_tokens: 256,
+            slow_reader: SlowReaderPolicy::Pause,
+            slow_reader_timeout: Some(std::time::Duration::from_secs(60)),
             tokenizer_threads: 1,
             tokenizer_queue: 64,
             max_tokens_limit: 4096,
@@ -120,6 +133,8 @@ pub struct GenerateRequest {
     pub prompt_logprobs: bool,
     pub arrival: Instant,
     pub tokenized: Instant,
+    /// End the request (whatever its state) at this instant.
+    pub deadline: Option<Instant>,
 }
 
 #[derive(Debug, thiserror::Error, Clone, PartialEq)]
@@ -134,6 +149,18 @@ pub enum SubmitError {
 
 pub(crate) enum Command {
     Submit(Box<core::Submission>),
+    /// Cancel by request ID; unknown or already retired IDs are ignored.
+    Cancel(String),
+}
+
+/// What happens to a request whose client reads slower than it generates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlowReaderPolicy {
+    /// Stop decoding it (its KV stays reserved, others go on) until the
+    /// client catches up; past `slow_reader_timeout`, end it.
+    Pause,
+    /// End it with a `SlowReader` error as soon as the lag bound is passed.
+    Terminate,
 }
 
 struct Shared {
@@ -215,6 +242,16 @@ impl EngineHandle {
     pub fn stats_watch(&self) -> watch::Receiver<EngineStats> {
         self.shared.stats.clone()
     }
+    /// Cancel a request by ID (idempotent; unknown IDs are ignored). Its
+    /// stream receives a `Cancelled` error as its terminal event. Returns
+    /// false if the inbox is full (dropping the stream always works).
+    pub fn cancel(&self, id: &str) -> bool {
+        self.shared
+            .inbox
+            .try_send(Command::Cancel(id.to_string()))
+            .is_ok()
+    }
+
     /// Requests submitted and not yet admitted (the inbox's length).
     pub fn waiting(&self) -> usize {
         self.shared
@@ -269,9 +306,14 @@ impl EngineHandle {
         }
         let (tx, rx) = mpsc::channel(self.shared.config.outbox_capacity.max(2));
         let id = req.id.clone();
-        let sub = core::Submission { req, outbox: tx };
+        let note = Arc::new(stream::CancelNote::default());
+        let sub = core::Submission {
+            req,
+            outbox: tx,
+            note: note.clone(),
+        };
         match self.shared.inbox.try_send(Command::Submit(Box::new(sub))) {
-            Ok(()) => Ok(RequestStream::new(id, rx)),
+            Ok(()) => Ok(RequestStream::new(id, rx, note)),
             Err(e) => {
                 self.shared.queued.fetch_sub(1, Ordering::AcqRel);
                 Err(match e {

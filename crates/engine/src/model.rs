@@ -262,10 +262,16 @@ impl LoadedModel {
     }
 
     /// KV bytes one token of one sequence occupies (K and V, f16, all layers).
-    pub fn kv_bytes_per_token(&self) -> u64 {
+    pub fn kv_bytes_per_token(&self, kv_q8: bool) -> u64 {
         let f = &self.facts;
         let head_dim = f.n_embd.checked_div(f.n_head).unwrap_or(0);
-        2 * u64::from(f.n_layer) * u64::from(f.n_head_kv * head_dim) * 2
+        let elems = 2 * u64::from(f.n_layer) * u64::from(f.n_head_kv * head_dim);
+        if kv_q8 {
+            // Q8_0: 34 bytes per block of 32.
+            elems * 34 / 32
+        } else {
+            elems * 2
+        }
     }
 
     /// Create the execution context. Call on the thread that will own it.
@@ -280,12 +286,19 @@ impl LoadedModel {
             .with_n_threads(p.n_threads)
             .with_n_threads_batch(p.n_threads_batch)
             .with_kv_unified(false)
-            .with_flash_attention_policy(if p.flash_attn {
+            .with_flash_attention_policy(if p.flash_attn || p.kv_q8 {
                 llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_ENABLED
             } else {
                 llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_DISABLED
             })
             .with_no_perf(false);
+        let cp = if p.kv_q8 {
+            use llama_cpp_2::context::params::KvCacheType;
+            cp.with_type_k(KvCacheType::Q8_0)
+                .with_type_v(KvCacheType::Q8_0)
+        } else {
+            cp
+        };
         let ctx = self
             .model
             .new_context(backend, cp)
@@ -328,6 +341,9 @@ pub struct RuntimeParams {
     pub n_threads: i32,
     pub n_threads_batch: i32,
     pub flash_attn: bool,
+    /// Store K and V as Q8_0 instead of F16 (half the KV bytes; needs flash
+    /// attention, which it turns on).
+    pub kv_q8: bool,
 }
 
 /// One llama context and its batch. Slot = llama `seq_id`; each slot has its

@@ -7,6 +7,9 @@
 //! [`RequestStream`] closes the channel, which the owner treats as a
 //! cancellation at its next step.
 
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
 use tokio::sync::mpsc;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,6 +69,12 @@ pub enum GenerationError {
     Shutdown,
     #[error("the request waited {0:.1} s in the queue without getting a slot")]
     QueueTimeout(f64),
+    #[error("the request exceeded its deadline of {0:.1} s")]
+    DeadlineExceeded(f64),
+    #[error("the client read too slowly: {0} tokens waited undelivered; the request was ended")]
+    SlowReader(u32),
+    #[error("the request was cancelled")]
+    Cancelled,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -89,17 +98,42 @@ pub enum Event {
 pub struct RequestStream {
     pub id: String,
     rx: mpsc::Receiver<Event>,
+    note: Arc<CancelNote>,
+    ended: bool,
+}
+
+/// When the transport noticed that a request's client left: the start of
+/// its cancellation latency. Written once, by the `RequestStream`'s drop.
+#[derive(Debug, Default)]
+pub struct CancelNote(OnceLock<Instant>);
+
+impl CancelNote {
+    pub fn mark(&self) {
+        let _ = self.0.set(Instant::now());
+    }
+    pub fn noticed(&self) -> Option<Instant> {
+        self.0.get().copied()
+    }
 }
 
 impl RequestStream {
-    pub(crate) fn new(id: String, rx: mpsc::Receiver<Event>) -> Self {
-        RequestStream { id, rx }
+    pub(crate) fn new(id: String, rx: mpsc::Receiver<Event>, note: Arc<CancelNote>) -> Self {
+        RequestStream {
+            id,
+            rx,
+            note,
+            ended: false,
+        }
     }
 
     /// Next event; `None` only if the engine vanished without a terminal
     /// event (it never does on purpose).
     pub async fn next(&mut self) -> Option<Event> {
-        self.rx.recv().await
+        let ev = self.rx.recv().await;
+        if matches!(ev, Some(Event::Done(_) | Event::Error(_)) | None) {
+            self.ended = true;
+        }
+        ev
     }
 
     /// Drain the stream into (text, finish) for a non-streaming answer.
@@ -114,5 +148,16 @@ impl RequestStream {
             }
         }
         Err(GenerationError::Shutdown)
+    }
+}
+
+impl Drop for RequestStream {
+    /// Dropping an unfinished stream is the cancellation: note the moment.
+    /// The channel closes with it, and the owner retires the request at its
+    /// next step.
+    fn drop(&mut self) {
+        if !self.ended {
+            self.note.mark();
+        }
     }
 }

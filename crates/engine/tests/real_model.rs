@@ -49,6 +49,7 @@ fn request(prompt: Vec<TokenId>, max_tokens: u32, sampling: SamplingParams) -> G
         prompt_logprobs: false,
         arrival: Instant::now(),
         tokenized: Instant::now(),
+        deadline: None,
     }
 }
 

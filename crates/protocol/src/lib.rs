@@ -60,6 +60,9 @@ pub struct SamplingFields {
     /// Extension (llama-server, vLLM): do not stop at end-of-generation.
     #[serde(default)]
     pub ignore_eos: bool,
+    /// Extension: end the request after this many seconds (capped by the
+    /// server's `--request-timeout-s`).
+    pub timeout: Option<f64>,
     /// Extension: return a `timings` object with the response.
     #[serde(default)]
     pub timings: bool,

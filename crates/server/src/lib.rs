@@ -38,6 +38,8 @@ pub struct AppState {
     pub metrics: metrics::HttpMetrics,
     /// Interval of SSE comment pings while a stream has nothing to send.
     pub sse_keepalive: std::time::Duration,
+    /// Longest any request may take, end to end (None: no limit).
+    pub request_timeout: Option<std::time::Duration>,
     next_seq: AtomicU64,
 }
 
@@ -56,12 +58,34 @@ impl AppState {
             api_key: api_key.filter(|k| !k.is_empty()),
             metrics: metrics::HttpMetrics::default(),
             sse_keepalive,
+            request_timeout: None,
             next_seq: AtomicU64::new(1),
         })
     }
 }
 
 type Shared = Arc<AppState>;
+
+/// Bind the listening socket. `send_buffer` caps each connection's kernel
+/// send buffer (accepted sockets inherit it): without a cap the kernel
+/// absorbs megabytes of a slow reader's stream before the engine's outbox
+/// sees any back-pressure, and the slow-reader policy acts late.
+pub fn bind(
+    addr: std::net::SocketAddr,
+    send_buffer: Option<u32>,
+) -> std::io::Result<tokio::net::TcpListener> {
+    let sock = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    sock.set_reuseaddr(true)?;
+    if let Some(n) = send_buffer {
+        sock.set_send_buffer_size(n)?;
+    }
+    sock.bind(addr)?;
+    sock.listen(1024)
+}
 
 /// The router. `/health` and `/ready` answer without the API key and without
 /// touching the engine thread.
@@ -255,6 +279,14 @@ async fn run(
         prompt_logprobs: score_prompt,
         arrival,
         tokenized,
+        deadline: {
+            let asked = ctx_timeout(&spec);
+            let limit = s.request_timeout;
+            match (asked, limit) {
+                (Some(a), Some(l)) => Some(arrival + a.min(l)),
+                (a, l) => a.or(l).map(|d| arrival + d),
+            }
+        },
     })?;
     let ctx = ReplyCtx {
         id: id.to_string(),
@@ -306,6 +338,10 @@ async fn run(
         s.metrics.observe_finished(&fin);
         Ok(Json(ctx.full_response(text, &lps, &fin)).into_response())
     }
+}
+
+fn ctx_timeout(spec: &GenSpec) -> Option<std::time::Duration> {
+    spec.timeout_s.map(std::time::Duration::from_secs_f64)
 }
 
 struct ReplyCtx {

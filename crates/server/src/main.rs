@@ -110,6 +110,24 @@ struct ServeArgs {
     /// Interval of SSE keep-alive comments while a stream has nothing to send (seconds).
     #[arg(long, default_value_t = 5.0)]
     sse_keepalive_s: f64,
+    /// Longest a request may take end to end, seconds (requests may ask for
+    /// less with the `timeout` field; 0: no limit).
+    #[arg(long, default_value_t = 600.0)]
+    request_timeout_s: f64,
+    /// Kernel send buffer per connection, bytes (0: the OS default, which
+    /// hides a slow reader behind megabytes of buffering).
+    #[arg(long, default_value_t = 65536)]
+    tcp_send_buffer: u32,
+    /// Slow readers: undelivered tokens allowed before the policy applies.
+    #[arg(long, default_value_t = 256)]
+    max_lag_tokens: u32,
+    /// Slow-reader policy: `pause` (stop decoding that request until its
+    /// client catches up; others go on) or `terminate` (end it with an error).
+    #[arg(long, default_value = "pause")]
+    slow_reader: String,
+    /// A paused slow reader that has not caught up after this many seconds is ended.
+    #[arg(long, default_value_t = 60.0)]
+    slow_reader_timeout_s: f64,
     /// llama.cpp micro-batch size.
     #[arg(long, default_value_t = 512)]
     ubatch: u32,
@@ -131,6 +149,9 @@ struct ServeArgs {
     /// Use flash attention.
     #[arg(long)]
     flash_attn: bool,
+    /// Q8_0 KV cache (half the bytes of F16; turns flash attention on).
+    #[arg(long)]
+    kv_q8: bool,
 }
 
 #[derive(Args)]
@@ -161,6 +182,12 @@ struct BenchRuntimeArgs {
     /// Use flash attention.
     #[arg(long)]
     flash_attn: bool,
+    /// Prefill in chunks of this many tokens (0: one batch).
+    #[arg(long, default_value_t = 0)]
+    chunk: usize,
+    /// Q8_0 KV cache.
+    #[arg(long)]
+    kv_q8: bool,
 }
 
 fn resolve_model(m: &Option<PathBuf>) -> anyhow::Result<PathBuf> {
@@ -232,6 +259,16 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
     c.target_step_ms = (a.target_step_ms > 0.0).then_some(a.target_step_ms);
     c.min_prompt_budget = a.min_prompt_budget.max(1);
     c.queue_timeout = (a.queue_timeout_s > 0.0).then(|| Duration::from_secs_f64(a.queue_timeout_s));
+    c.max_lag_tokens = a.max_lag_tokens.max(1);
+    c.slow_reader = match a.slow_reader.as_str() {
+        "pause" => steward_engine::SlowReaderPolicy::Pause,
+        "terminate" => steward_engine::SlowReaderPolicy::Terminate,
+        other => anyhow::bail!("--slow-reader must be pause or terminate, not {other}"),
+    };
+    c.slow_reader_timeout =
+        (a.slow_reader_timeout_s > 0.0).then(|| Duration::from_secs_f64(a.slow_reader_timeout_s));
+    let request_timeout =
+        (a.request_timeout_s > 0.0).then(|| Duration::from_secs_f64(a.request_timeout_s));
     c.n_threads = threads(a.model.threads);
     c.n_threads_batch = c.n_threads;
     c.n_ubatch = a.ubatch.max(1);
@@ -241,6 +278,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
     c.tokenizer_queue = a.tokenizer_queue.max(1);
     c.outbox_capacity = a.outbox_capacity.max(2);
     c.flash_attn = a.flash_attn;
+    c.kv_q8 = a.kv_q8;
     c.n_gpu_layers = a.model.gpu_layers;
     c.progress = true;
     let addr: SocketAddr = format!("{}:{}", a.host, a.port)
@@ -251,12 +289,16 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     rt.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
+        let sndbuf = (a.tcp_send_buffer > 0).then_some(a.tcp_send_buffer);
+        let listener = steward_server::bind(addr, sndbuf)
             .with_context(|| format!("cannot listen on {addr}"))?;
         let engine = tokio::task::spawn_blocking(move || Engine::start(c)).await??;
         let keepalive = Duration::from_secs_f64(a.sse_keepalive_s.max(0.05));
-        let state = steward_server::AppState::with_keepalive(engine.clone(), a.api_key, keepalive);
+        let mut state =
+            steward_server::AppState::with_keepalive(engine.clone(), a.api_key, keepalive);
+        if let Some(s) = std::sync::Arc::get_mut(&mut state) {
+            s.request_timeout = request_timeout;
+        }
         let app = steward_server::app(state);
         tracing::info!(%addr, model = %engine.config().served_name, "listening (ready after warm-up)");
         axum::serve(listener, app)
@@ -296,10 +338,20 @@ fn bench_runtime(a: BenchRuntimeArgs) -> anyhow::Result<()> {
         n_threads,
         n_threads_batch: n_threads,
         flash_attn: a.flash_attn,
+        kv_q8: a.kv_q8,
     };
-    let r =
-        steward_engine::ceiling::run(&model, &params, parallel, a.prompt_tokens, a.tokens, a.reps)?;
+    let chunk = if a.chunk == 0 { usize::MAX } else { a.chunk };
+    let r = steward_engine::ceiling::run_chunked(
+        &model,
+        &params,
+        parallel,
+        a.prompt_tokens,
+        a.tokens,
+        a.reps,
+        chunk,
+    )?;
     let mut v = serde_json::to_value(&r)?;
+    v["chunk"] = a.chunk.into();
     v["threads"] = n_threads.into();
     v["ubatch"] = a.batch.into();
     v["flash_attn"] = a.flash_attn.into();

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::Mutex;
 
-use steward_engine::{EngineStats, Finished};
+use steward_engine::stats::BUCKETS_MS;
+use steward_engine::{CancelState, EngineStats, Finished, Histogram as EngineHistogram};
 
 const BUCKETS_S: [f64; 12] = [
     0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
@@ -77,6 +78,86 @@ impl HttpMetrics {
     }
 }
 
+/// An engine histogram (milliseconds) as a Prometheus histogram in seconds.
+fn engine_hist(o: &mut String, name: &str, labels: &str, hist: &EngineHistogram) {
+    let sep = if labels.is_empty() { "" } else { "," };
+    for (i, b) in BUCKETS_MS.iter().enumerate() {
+        let _ = writeln!(
+            o,
+            "{name}_bucket{{{labels}{sep}le=\"{}\"}} {}",
+            b / 1e3,
+            hist.counts[i]
+        );
+    }
+    let _ = writeln!(o, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {}", hist.n);
+    let braces = if labels.is_empty() {
+        String::new()
+    } else {
+        format!("{{{labels}}}")
+    };
+    let _ = writeln!(
+        o,
+        "{name}_sum{braces} {}\n{name}_count{braces} {}",
+        hist.sum_ms / 1e3,
+        hist.n
+    );
+}
+
+fn engine_histograms(o: &mut String, e: &EngineStats) {
+    let head = |o: &mut String, name: &str, help: &str| {
+        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} histogram");
+    };
+    head(
+        o,
+        "steward_cancel_latency_seconds",
+        "From the transport noticing a cancel to final retirement of all state, by state",
+    );
+    for st in CancelState::ALL {
+        let labels = format!("state=\"{}\"", st.as_str());
+        engine_hist(
+            o,
+            "steward_cancel_latency_seconds",
+            &labels,
+            &e.cancel_latency[st.index()],
+        );
+    }
+    head(
+        o,
+        "steward_step_duration_seconds",
+        "Duration of one engine step",
+    );
+    engine_hist(o, "steward_step_duration_seconds", "", &e.step_ms);
+    head(
+        o,
+        "steward_queue_wait_seconds",
+        "Time from submission to admission",
+    );
+    engine_hist(o, "steward_queue_wait_seconds", "", &e.queue_wait_ms);
+    let _ = writeln!(o, "# HELP steward_cancelled_total Cancellations by the state they happened in\n# TYPE steward_cancelled_total counter");
+    for st in CancelState::ALL {
+        let _ = writeln!(
+            o,
+            "steward_cancelled_total{{state=\"{}\"}} {}",
+            st.as_str(),
+            e.cancelled_by_state[st.index()]
+        );
+    }
+    let _ = writeln!(o, "# HELP steward_cancel_latency_recent_seconds p50/p99/max of the last 4096 cancellation latencies\n# TYPE steward_cancel_latency_recent_seconds gauge");
+    for st in CancelState::ALL {
+        for (q, v) in ["0.5", "0.99", "1"]
+            .iter()
+            .zip(e.cancel_latency_quantiles[st.index()])
+        {
+            let _ = writeln!(
+                o,
+                "steward_cancel_latency_recent_seconds{{state=\"{}\",quantile=\"{q}\"}} {}",
+                st.as_str(),
+                v / 1e3
+            );
+        }
+    }
+}
+
 pub fn render(e: &EngineStats, waiting: usize, h: &HttpMetrics) -> String {
     let kv_frac = if e.kv_cells_total > 0 {
         e.kv_cells_used as f64 / e.kv_cells_total as f64
@@ -84,7 +165,43 @@ pub fn render(e: &EngineStats, waiting: usize, h: &HttpMetrics) -> String {
         0.0
     };
     // (name, help, type, value): every engine-side metric, declared here.
-    let engine: [(&str, &str, &str, f64); 29] = [
+    let engine: [(&str, &str, &str, f64); 35] = [
+        (
+            "steward_draining",
+            "1 while draining for shutdown",
+            "gauge",
+            f64::from(u8::from(e.draining)),
+        ),
+        (
+            "steward_requests_paused",
+            "Decoding sequences paused for a slow reader",
+            "gauge",
+            e.paused as f64,
+        ),
+        (
+            "steward_live_outboxes",
+            "Outboxes the engine still holds (admitted + finishing + queued)",
+            "gauge",
+            e.live_outboxes as f64,
+        ),
+        (
+            "steward_deadline_exceeded_total",
+            "Requests ended by their deadline",
+            "counter",
+            e.requests_deadline_exceeded as f64,
+        ),
+        (
+            "steward_slow_reader_terminated_total",
+            "Requests ended by the slow-reader policy",
+            "counter",
+            e.requests_slow_reader_terminated as f64,
+        ),
+        (
+            "steward_prompt_tokens_after_cancel_total",
+            "Prompt tokens computed after the client had left (should stay 0)",
+            "counter",
+            e.prompt_tokens_after_cancel as f64,
+        ),
         (
             "steward_step_runtime_seconds_total",
             "Time inside the model runtime, summed over steps",
@@ -260,6 +377,7 @@ pub fn render(e: &EngineStats, waiting: usize, h: &HttpMetrics) -> String {
     for (name, help, kind, v) in engine {
         let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
     }
+    engine_histograms(&mut o, e);
     if let Ok(m) = h.0.lock() {
         let _ = writeln!(o, "# HELP steward_http_responses_total HTTP responses by status\n# TYPE steward_http_responses_total counter");
         for (k, v) in &m.status {

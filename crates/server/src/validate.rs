@@ -23,6 +23,8 @@ pub struct GenSpec {
     pub include_usage: bool,
     pub timings: bool,
     pub ignore_eos: bool,
+    /// Requested total timeout, seconds.
+    pub timeout_s: Option<f64>,
     /// Alternatives per token when logprobs were asked for.
     pub logprobs: Option<usize>,
     /// Completions `echo`: return (and, with logprobs, score) the prompt.
@@ -211,6 +213,16 @@ fn fields(s: SamplingFields, request_seq: u64, completions: bool) -> Result<GenS
         include_usage: s.stream_options.is_some_and(|o| o.include_usage),
         timings: s.timings,
         ignore_eos: s.ignore_eos,
+        timeout_s: match s.timeout {
+            None => None,
+            Some(t) if t > 0.0 && t.is_finite() => Some(t),
+            Some(t) => {
+                return Err(ApiError::invalid_value(
+                    format!("`timeout` must be a positive number of seconds; got {t}"),
+                    "timeout",
+                ))
+            }
+        },
         logprobs,
         echo: false,
     })

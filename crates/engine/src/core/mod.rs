@@ -29,61 +29,18 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 
 use crate::model::{LoadError, LoadedModel, RuntimeParams, Vocab};
+use crate::stats::{CancelState, EngineStats};
 use crate::stream::{Event, GenerationError};
 use crate::{Command, EngineConfig, GenerateRequest};
 use admission::{Ledger, StateModel};
 use backend::Backend;
 use scheduler::{SeqView, StepCostModel, StepLimits};
-use sequence::{Outcome, Sequence};
+use sequence::{Outcome, SeqLimits, Sequence};
 
 pub(crate) struct Submission {
     pub req: GenerateRequest,
     pub outbox: mpsc::Sender<Event>,
-}
-
-/// Read-only snapshot published after every step.
-#[derive(Debug, Clone, Default)]
-pub struct EngineStats {
-    pub ready: bool,
-    pub stopped: bool,
-    pub load_ms: f64,
-    pub warmup_ms: f64,
-    pub slots_total: usize,
-    pub running: usize,
-    pub prefilling: usize,
-    pub waiting: usize,
-    pub kv_cells_used: u64,
-    pub kv_cells_reserved: u64,
-    pub kv_cells_total: u64,
-    pub kv_bytes_per_cell: u64,
-    pub permits: u64,
-    pub steps: u64,
-    pub prompt_tokens_total: u64,
-    pub generated_tokens_total: u64,
-    pub requests_finished: u64,
-    pub requests_cancelled: u64,
-    pub requests_failed: u64,
-    pub requests_timed_out_in_queue: u64,
-    pub last_step_ms: f64,
-    pub last_step_tokens: usize,
-    /// Time inside the runtime (llama_decode) summed over steps.
-    pub step_runtime_ms_total: f64,
-    /// Steward's own work per step (planning, batch building, sampling,
-    /// detokenizing, event delivery) summed over steps.
-    pub step_host_ms_total: f64,
-    pub prompt_budget: usize,
-}
-
-impl EngineStats {
-    pub(crate) fn starting(c: &EngineConfig, load_ms: f64) -> Self {
-        EngineStats {
-            load_ms,
-            slots_total: c.max_seqs,
-            kv_cells_total: u64::from(c.ctx_per_seq) * c.max_seqs as u64,
-            prompt_budget: c.prompt_budget,
-            ..Default::default()
-        }
-    }
+    pub note: Arc<crate::stream::CancelNote>,
 }
 
 pub(crate) struct OwnerArgs {
@@ -120,6 +77,7 @@ fn runtime_params(c: &EngineConfig) -> RuntimeParams {
         n_threads: c.n_threads,
         n_threads_batch: c.n_threads_batch,
         flash_attn: c.flash_attn,
+        kv_q8: c.kv_q8,
     }
 }
 
@@ -146,7 +104,7 @@ fn owner_main(args: OwnerArgs, ok: std::sync::mpsc::SyncSender<Result<(), LoadEr
     parts.stats.send_modify(|s| {
         s.ready = true;
         s.warmup_ms = warmup_ms;
-        s.kv_bytes_per_cell = model.kv_bytes_per_token();
+        s.kv_bytes_per_cell = model.kv_bytes_per_token(parts.config.kv_q8);
     });
     let state_model = if model.facts.recurrent {
         StateModel::PerSequence
@@ -223,6 +181,8 @@ pub(crate) struct Owner<B: Backend> {
     queued: Arc<AtomicUsize>,
     next_key: u64,
     inbox_closed: bool,
+    /// Last cancellation latencies per state (bounded), for quantiles.
+    cancel_samples: [VecDeque<f64>; 3],
 }
 
 impl<B: Backend> Owner<B> {
@@ -255,6 +215,7 @@ impl<B: Backend> Owner<B> {
             queued: args.queued,
             next_key: 0,
             inbox_closed: false,
+            cancel_samples: Default::default(),
             config: c,
         }
     }
@@ -279,11 +240,15 @@ impl<B: Backend> Owner<B> {
     /// Move submissions from the inbox into the waiting queue. Blocks only
     /// when there is nothing at all to do.
     fn intake(&mut self) -> bool {
+        let mut may_block = true;
         loop {
             if self.inbox_closed {
                 return !(self.idle() && self.draining.is_empty());
             }
-            let cmd = if self.idle() && self.draining.is_empty() {
+            // Block only at the start of an iteration with nothing to do; a
+            // command that leaves the owner idle (a cancel) ends the intake.
+            let block = std::mem::take(&mut may_block) && self.idle() && self.draining.is_empty();
+            let cmd = if block {
                 match self.inbox.blocking_recv() {
                     Some(c) => c,
                     None => {
@@ -312,6 +277,7 @@ impl<B: Backend> Owner<B> {
                     sub: *sub,
                     enqueued: Instant::now(),
                 }),
+                Command::Cancel(id) => self.cancel_by_id(&id),
             }
         }
     }
@@ -320,43 +286,132 @@ impl<B: Backend> Owner<B> {
         self.queued.fetch_sub(1, Ordering::AcqRel);
     }
 
-    /// Drop waiting requests whose client left or whose queue time ran out,
-    /// and retire admitted sequences whose client left.
+    /// Count a cancellation and its latency (from when it was noticed).
+    fn record_cancel(&mut self, state: CancelState, noticed: Option<Instant>) {
+        let ms = noticed.map_or(0.0, |t| t.elapsed().as_secs_f64() * 1e3);
+        let samples = &mut self.cancel_samples[state.index()];
+        if samples.len() == 4096 {
+            samples.pop_front();
+        }
+        samples.push_back(ms);
+        let mut sorted: Vec<f64> = samples.iter().copied().collect();
+        sorted.sort_by(|a, b| a.total_cmp(b));
+        let q =
+            |p: f64| sorted[((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1];
+        let quantiles = [q(0.5), q(0.99), sorted[sorted.len() - 1]];
+        self.stats.send_modify(|s| {
+            s.requests_cancelled += 1;
+            s.cancelled_by_state[state.index()] += 1;
+            s.cancel_latency[state.index()].observe(ms);
+            s.cancel_latency_quantiles[state.index()] = quantiles;
+        });
+    }
+
+    /// Explicit cancel: idempotent; unknown or retired IDs are ignored.
+    fn cancel_by_id(&mut self, id: &str) {
+        let t = Instant::now();
+        if let Some(i) = self.waiting.iter().position(|w| w.sub.req.id == id) {
+            if let Some(w) = self.waiting.remove(i) {
+                let _ = w
+                    .sub
+                    .outbox
+                    .try_send(Event::Error(GenerationError::Cancelled));
+            }
+            self.dequeue();
+            self.record_cancel(CancelState::Queued, Some(t));
+        } else if let Some(i) = self.seqs.iter().position(|s| s.id == id) {
+            let seq = self.seqs.remove(i);
+            let state = seq.cancel_state();
+            self.retire(seq, Some(Outcome::Failed(GenerationError::Cancelled)));
+            self.record_cancel(state, Some(t));
+        }
+    }
+
+    /// Drop waiting requests whose client left or whose time ran out, and
+    /// end admitted sequences whose client left, whose deadline passed, or
+    /// whose reader lags past the policy.
     fn reap(&mut self) {
+        let now = Instant::now();
         let timeout = self.config.queue_timeout;
         let mut i = 0;
         while i < self.waiting.len() {
             let w = &self.waiting[i];
-            if w.sub.outbox.is_closed() {
-                let w = self.waiting.remove(i);
-                tracing::debug!(request_id = %w.map(|w| w.sub.req.id).unwrap_or_default(), "cancelled while queued");
-                self.dequeue();
-                self.stats.send_modify(|s| s.requests_cancelled += 1);
+            let err = if w.sub.outbox.is_closed() {
+                None
+            } else if w.sub.req.deadline.is_some_and(|d| now >= d) {
+                let secs = w.sub.req.deadline.map_or(0.0, |d| {
+                    d.saturating_duration_since(w.sub.req.arrival).as_secs_f64()
+                });
+                Some(GenerationError::DeadlineExceeded(secs))
             } else if timeout.is_some_and(|t| w.enqueued.elapsed() >= t) {
-                if let Some(w) = self.waiting.remove(i) {
-                    let waited = w.enqueued.elapsed().as_secs_f64();
-                    let _ = w
-                        .sub
-                        .outbox
-                        .try_send(Event::Error(GenerationError::QueueTimeout(waited)));
-                    tracing::info!(request_id = %w.sub.req.id, waited, "queue timeout");
-                }
-                self.dequeue();
-                self.stats
-                    .send_modify(|s| s.requests_timed_out_in_queue += 1);
+                Some(GenerationError::QueueTimeout(
+                    w.enqueued.elapsed().as_secs_f64(),
+                ))
             } else {
                 i += 1;
+                continue;
+            };
+            let Some(w) = self.waiting.remove(i) else {
+                break;
+            };
+            self.dequeue();
+            match err {
+                None => {
+                    tracing::debug!(request_id = %w.sub.req.id, "cancelled while queued");
+                    self.record_cancel(CancelState::Queued, w.sub.note.noticed());
+                }
+                Some(e) => {
+                    tracing::info!(request_id = %w.sub.req.id, error = %e, "ended while queued");
+                    self.stats.send_modify(|s| match e {
+                        GenerationError::DeadlineExceeded(_) => s.requests_deadline_exceeded += 1,
+                        _ => s.requests_timed_out_in_queue += 1,
+                    });
+                    let _ = w.sub.outbox.try_send(Event::Error(e));
+                }
             }
         }
         let mut i = 0;
         while i < self.seqs.len() {
-            if self.seqs[i].outbox.is_closed() {
-                let seq = self.seqs.remove(i);
-                tracing::debug!(request_id = %seq.id, "cancelled (client gone)");
-                self.retire(seq, None);
-                self.stats.send_modify(|s| s.requests_cancelled += 1);
+            let seq = &self.seqs[i];
+            let lag = seq.lag_tokens();
+            let end = if seq.outbox.is_closed() {
+                Some(None)
+            } else if seq.deadline.is_some_and(|d| now >= d) {
+                let secs = seq.deadline.map_or(0.0, |d| {
+                    d.saturating_duration_since(seq.arrival()).as_secs_f64()
+                });
+                Some(Some(GenerationError::DeadlineExceeded(secs)))
+            } else if seq.lagging()
+                && (self.config.slow_reader == crate::SlowReaderPolicy::Terminate
+                    || seq
+                        .paused_since
+                        .zip(self.config.slow_reader_timeout)
+                        .is_some_and(|(since, limit)| since.elapsed() >= limit))
+            {
+                Some(Some(GenerationError::SlowReader(lag)))
             } else {
+                None
+            };
+            let Some(end) = end else {
                 i += 1;
+                continue;
+            };
+            let seq = self.seqs.remove(i);
+            match end {
+                None => {
+                    tracing::debug!(request_id = %seq.id, "cancelled (client gone)");
+                    let (state, noticed) = (seq.cancel_state(), seq.note.noticed());
+                    self.retire(seq, None);
+                    self.record_cancel(state, noticed);
+                }
+                Some(e) => {
+                    tracing::info!(request_id = %seq.id, error = %e, "ended");
+                    self.stats.send_modify(|s| match e {
+                        GenerationError::DeadlineExceeded(_) => s.requests_deadline_exceeded += 1,
+                        _ => s.requests_slow_reader_terminated += 1,
+                    });
+                    self.retire(seq, Some(Outcome::Failed(e)));
+                }
             }
         }
     }
@@ -381,8 +436,14 @@ impl<B: Backend> Owner<B> {
             };
             self.dequeue();
             self.next_key += 1;
+            let waited = w.enqueued.elapsed().as_secs_f64() * 1e3;
+            self.stats.send_modify(|s| s.queue_wait_ms.observe(waited));
             let _ = w.sub.outbox.try_send(Event::Admitted);
-            let seq = Sequence::new(self.next_key, slot, w.sub, self.ctx_limit, permit);
+            let limits = SeqLimits {
+                ctx_limit: self.ctx_limit,
+                max_lag_tokens: self.config.max_lag_tokens,
+            };
+            let seq = Sequence::new(self.next_key, slot, w.sub, limits, permit);
             tracing::debug!(request_id = %seq.id, slot, prompt = seq.prompt.len(), "admitted");
             self.seqs.push(seq);
         }
@@ -443,6 +504,16 @@ impl<B: Backend> Owner<B> {
             return;
         }
         let n_prompt: usize = plan.chunks.iter().map(|c| c.len).sum();
+        let wasted: usize = plan
+            .chunks
+            .iter()
+            .filter(|c| {
+                self.seqs
+                    .iter()
+                    .any(|s| s.key == c.key && s.outbox.is_closed())
+            })
+            .map(|c| c.len)
+            .sum();
         for c in &plan.chunks {
             if let Some(seq) = self.seqs.iter_mut().find(|s| s.key == c.key) {
                 seq.chunk_done(c);
@@ -459,6 +530,8 @@ impl<B: Backend> Owner<B> {
         self.stats.send_modify(|s| {
             s.steps += 1;
             s.step_runtime_ms_total += runtime_ms;
+            s.step_ms.observe(ms);
+            s.prompt_tokens_after_cancel += wasted as u64;
             s.step_host_ms_total += ms - runtime_ms;
             s.generated_tokens_total += rows.len() as u64;
             s.prompt_tokens_total += n_prompt as u64;
@@ -533,6 +606,12 @@ impl<B: Backend> Owner<B> {
         );
         let waiting = self.queued.load(Ordering::Acquire);
         let budget = self.limits.prompt_budget;
+        let paused = self
+            .seqs
+            .iter()
+            .filter(|s| s.paused_since.is_some())
+            .count();
+        let outboxes = self.seqs.len() + self.draining.len() + self.waiting.len();
         self.stats.send_if_modified(|s| {
             let before = (
                 s.running,
@@ -540,6 +619,8 @@ impl<B: Backend> Owner<B> {
                 s.kv_cells_used,
                 s.kv_cells_reserved,
                 s.waiting,
+                s.paused,
+                s.live_outboxes,
             );
             s.running = running;
             s.prefilling = prefilling;
@@ -548,12 +629,17 @@ impl<B: Backend> Owner<B> {
             s.permits = permits;
             s.waiting = waiting;
             s.prompt_budget = budget;
+            s.paused = paused;
+            s.live_outboxes = outboxes;
             if let Some((ms, n)) = step {
                 s.last_step_ms = ms;
                 s.last_step_tokens = n;
                 return true;
             }
-            before != (running, prefilling, used, reserved, waiting)
+            before
+                != (
+                    running, prefilling, used, reserved, waiting, paused, outboxes,
+                )
         });
     }
 

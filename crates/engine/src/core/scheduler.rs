@@ -7,10 +7,10 @@
 //! step. There is no prefill phase: a 10k prompt advances by chunks while
 //! decoders keep going.
 //!
-//! Fairness: first, prompts that can *finish* within half the budget go,
-//! shortest first (a short prompt is never stuck behind a long one); then the
-//! rest of the budget goes oldest first. A long prompt therefore advances by
-//! at least half the budget every step: nothing starves.
+//! Fairness: the oldest prompt gets half the budget (it never starves); the
+//! other half goes to the prompts with the fewest tokens left, shortest first
+//! (a short prompt is never stuck behind a long one); whatever is left goes
+//! oldest first.
 
 /// What the planner needs to know about one admitted sequence.
 #[derive(Debug, Clone, PartialEq)]
@@ -70,47 +70,45 @@ pub fn plan(seqs: &[SeqView], limits: &StepLimits) -> Plan {
         }
         p.decode.push(s.key);
     }
-    let mut budget = limits.prompt_budget;
     let prefilling: Vec<&SeqView> = seqs
         .iter()
         .filter(|s| !s.decoding && s.computed < s.prompt_len)
         .collect();
-    // Express lane: prompts that finish within half the budget, shortest first.
-    let mut express: Vec<&SeqView> = prefilling
-        .iter()
-        .copied()
-        .filter(|s| s.prompt_len - s.computed <= limits.prompt_budget / 2)
-        .collect();
-    express.sort_by_key(|s| s.prompt_len - s.computed);
-    let mut express_left = limits.prompt_budget / 2;
-    for s in express {
-        let len = s.prompt_len - s.computed;
-        if len > express_left || p.chunks.len() == limits.max_prefill_seqs {
-            break;
-        }
-        express_left -= len;
-        budget -= len;
-        p.chunks.push(Chunk {
-            key: s.key,
-            start: s.computed,
-            len,
-        });
+    if prefilling.is_empty() || limits.max_prefill_seqs == 0 {
+        return p;
     }
-    // Then oldest first.
-    for s in prefilling {
-        if budget == 0 || p.chunks.len() == limits.max_prefill_seqs {
-            break;
+    let mut budget = limits.prompt_budget;
+    let give = |p: &mut Plan, s: &SeqView, want: usize, budget: &mut usize| {
+        let have = p.chunks.iter().position(|c| c.key == s.key);
+        let done = have.map_or(0, |i| p.chunks[i].len);
+        let len = (s.prompt_len - s.computed - done).min(want).min(*budget);
+        if len == 0 {
+            return;
         }
-        if p.chunks.iter().any(|c| c.key == s.key) {
-            continue;
+        match have {
+            Some(i) => p.chunks[i].len += len,
+            None if p.chunks.len() < limits.max_prefill_seqs => p.chunks.push(Chunk {
+                key: s.key,
+                start: s.computed,
+                len,
+            }),
+            None => return,
         }
-        let len = (s.prompt_len - s.computed).min(budget);
-        budget -= len;
-        p.chunks.push(Chunk {
-            key: s.key,
-            start: s.computed,
-            len,
-        });
+        *budget -= len;
+    };
+    // 1. The oldest prompt always advances by (at least) half the budget.
+    let half = limits.prompt_budget - limits.prompt_budget / 2;
+    give(&mut p, prefilling[0], half, &mut budget);
+    // 2. Express lane: the rest goes to the prompts with the fewest tokens
+    //    left, shortest first.
+    let mut by_left: Vec<&SeqView> = prefilling[1..].to_vec();
+    by_left.sort_by_key(|s| s.prompt_len - s.computed);
+    for s in by_left {
+        give(&mut p, s, usize::MAX, &mut budget);
+    }
+    // 3. Anything left (short prompts done): oldest first.
+    for s in &prefilling {
+        give(&mut p, s, usize::MAX, &mut budget);
     }
     p
 }
@@ -190,56 +188,22 @@ mod tests {
         }
     }
 
+    fn ch(key: u64, start: usize, len: usize) -> Chunk {
+        Chunk { key, start, len }
+    }
+
     #[test]
     fn decoders_first_then_budget_split_across_prompts() {
         let seqs = [pre(1, 100, 0), dec(2), pre(3, 30, 10), dec(4), pre(5, 8, 0)];
         let p = plan(&seqs, &lim(64, 8, 8));
         assert_eq!(p.decode, vec![2, 4]);
-        // Express lane (finish within 32): 5 (8 left), 3 (20 left); then oldest.
-        assert_eq!(
-            p.chunks,
-            vec![
-                Chunk {
-                    key: 5,
-                    start: 0,
-                    len: 8
-                },
-                Chunk {
-                    key: 3,
-                    start: 10,
-                    len: 20
-                },
-                Chunk {
-                    key: 1,
-                    start: 0,
-                    len: 36
-                },
-            ]
-        );
+        // Oldest gets half (32), the shortest prompts the rest, leftovers oldest.
+        assert_eq!(p.chunks, vec![ch(1, 0, 36), ch(5, 0, 8), ch(3, 10, 20)]);
         let p = plan(
             &[pre(3, 30, 10), pre(5, 8, 0), pre(6, 100, 0)],
             &lim(64, 8, 8),
         );
-        assert_eq!(
-            p.chunks,
-            vec![
-                Chunk {
-                    key: 5,
-                    start: 0,
-                    len: 8
-                },
-                Chunk {
-                    key: 3,
-                    start: 10,
-                    len: 20
-                },
-                Chunk {
-                    key: 6,
-                    start: 0,
-                    len: 36
-                },
-            ]
-        );
+        assert_eq!(p.chunks, vec![ch(3, 10, 20), ch(5, 0, 8), ch(6, 0, 36)]);
         assert_eq!(p.n_tokens(), 64);
     }
 
@@ -272,21 +236,10 @@ mod tests {
     fn short_prompt_is_not_stuck_behind_a_long_one() {
         // A 3,000-token prompt admitted first, a 20-token one after it.
         let p = plan(&[pre(1, 3000, 0), pre(2, 20, 0)], &lim(64, 4, 4));
-        assert_eq!(
-            p.chunks,
-            vec![
-                Chunk {
-                    key: 2,
-                    start: 0,
-                    len: 20
-                },
-                Chunk {
-                    key: 1,
-                    start: 0,
-                    len: 44
-                },
-            ]
-        );
+        assert_eq!(p.chunks, vec![ch(1, 0, 44), ch(2, 0, 20)]);
+        // With a small budget the short prompt still gets half of it.
+        let p = plan(&[pre(1, 3000, 0), pre(2, 50, 0)], &lim(32, 4, 4));
+        assert_eq!(p.chunks, vec![ch(1, 0, 16), ch(2, 0, 16)]);
     }
 
     #[test]
@@ -300,7 +253,7 @@ mod tests {
                 key += 1;
                 seqs.push(pre(key, 30, 0));
             }
-            let p = plan(&seqs, &lim(128, 16, 16));
+            let p = plan(&seqs, &lim(128, 4, 16));
             let got = p.chunks.iter().find(|c| c.key == 1).map_or(0, |c| c.len);
             assert!(got >= 64, "long prompt got {got} of 128");
             long.computed += got;

@@ -28,6 +28,13 @@ pub(super) struct ChunkRows {
     pub sample: Option<usize>,
 }
 
+/// Per-sequence limits the owner applies.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct SeqLimits {
+    pub ctx_limit: u32,
+    pub max_lag_tokens: u32,
+}
+
 pub(super) enum Outcome {
     Finished(FinishReason),
     Failed(GenerationError),
@@ -51,6 +58,11 @@ pub(super) struct Sequence {
     sampler: Sampler,
     detok: StreamDetokenizer,
     pub outbox: mpsc::Sender<Event>,
+    pub note: std::sync::Arc<crate::stream::CancelNote>,
+    pub deadline: Option<Instant>,
+    /// Since when decoding has been paused for a lagging reader.
+    pub paused_since: Option<Instant>,
+    max_lag: u32,
     unsent: String,
     unsent_tokens: u32,
     pub outcome: Option<Outcome>,
@@ -64,8 +76,9 @@ pub(super) struct Sequence {
 }
 
 impl Sequence {
-    pub fn new(key: u64, slot: usize, sub: Submission, ctx_limit: u32, permit: Permit) -> Self {
+    pub fn new(key: u64, slot: usize, sub: Submission, limits: SeqLimits, permit: Permit) -> Self {
         let r = sub.req;
+        let ctx_limit = limits.ctx_limit;
         Sequence {
             key,
             id: r.id,
@@ -84,6 +97,10 @@ impl Sequence {
             unsent_lp: Vec::new(),
             ctx_limit,
             outbox: sub.outbox,
+            note: sub.note,
+            deadline: r.deadline,
+            paused_since: None,
+            max_lag: limits.max_lag_tokens.max(1),
             unsent: String::new(),
             unsent_tokens: 0,
             outcome: None,
@@ -101,8 +118,29 @@ impl Sequence {
             key: self.key,
             prompt_len: self.prompt.len(),
             computed: self.computed,
-            decoding: self.pending.is_some(),
+            decoding: self.pending.is_some() && !self.lagging(),
         }
+    }
+
+    /// Undelivered tokens reached the lag bound: decoding pauses.
+    pub fn lagging(&self) -> bool {
+        self.unsent_tokens >= self.max_lag
+    }
+
+    pub fn lag_tokens(&self) -> u32 {
+        self.unsent_tokens
+    }
+
+    pub fn cancel_state(&self) -> crate::stats::CancelState {
+        if self.pending.is_some() {
+            crate::stats::CancelState::Decoding
+        } else {
+            crate::stats::CancelState::Prefilling
+        }
+    }
+
+    pub fn arrival(&self) -> Instant {
+        self.arrival
     }
 
     #[cfg(test)]
@@ -214,9 +252,19 @@ impl Sequence {
         self.flush_text();
     }
 
-    /// Send coalesced text if the outbox has room; otherwise keep it.
+    /// Send coalesced text if the outbox has room; otherwise keep it (the
+    /// lag bound then pauses this sequence's decoding).
     pub fn flush_text(&mut self) {
-        if self.unsent.is_empty() {
+        self.try_flush();
+        if self.lagging() {
+            self.paused_since.get_or_insert_with(Instant::now);
+        } else {
+            self.paused_since = None;
+        }
+    }
+
+    fn try_flush(&mut self) {
+        if self.unsent.is_empty() && self.unsent_lp.is_empty() {
             return;
         }
         let ev = Event::Text {

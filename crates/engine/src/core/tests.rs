@@ -65,9 +65,26 @@ impl Harness {
         max_tokens: u32,
         stop: &[&str],
     ) -> mpsc::Receiver<Event> {
+        self.submit_with(
+            prompt_len,
+            max_tokens,
+            stop,
+            None,
+            &format!("r{prompt_len}"),
+        )
+    }
+
+    fn submit_with(
+        &mut self,
+        prompt_len: usize,
+        max_tokens: u32,
+        stop: &[&str],
+        deadline: Option<Instant>,
+        id: &str,
+    ) -> mpsc::Receiver<Event> {
         let (otx, orx) = mpsc::channel(4096);
         let req = GenerateRequest {
-            id: format!("r{prompt_len}"),
+            id: id.to_string(),
             prompt: (1..=prompt_len as i32).map(|t| t % 60 + 1).collect(),
             max_tokens,
             sampling: SamplingParams {
@@ -80,10 +97,15 @@ impl Harness {
             prompt_logprobs: false,
             arrival: Instant::now(),
             tokenized: Instant::now(),
+            deadline,
         };
         self.queued.fetch_add(1, Ordering::AcqRel);
         self.tx
-            .try_send(Command::Submit(Box::new(Submission { req, outbox: otx })))
+            .try_send(Command::Submit(Box::new(Submission {
+                req,
+                outbox: otx,
+                note: Default::default(),
+            })))
             .unwrap();
         orx
     }
@@ -113,7 +135,14 @@ impl Harness {
         panic!("never idle");
     }
 
+    fn cancel(&mut self, id: &str) {
+        self.tx.try_send(Command::Cancel(id.to_string())).unwrap();
+    }
+
     fn assert_released(&self) {
+        let st = self.stats.borrow().clone();
+        assert_eq!(st.live_outboxes, 0, "outboxes");
+        assert_eq!((st.running, st.prefilling, st.kv_cells_reserved), (0, 0, 0));
         let l = &self.owner.ledger;
         assert_eq!((l.permits(), l.used(), l.reserved()), (0, 0, 0), "ledger");
         assert_eq!(
@@ -320,5 +349,203 @@ fn short_request_after_a_long_one_gets_its_first_token_quickly() {
     }
     h.run_idle();
     let _ = events(&mut long);
+    h.assert_released();
+}
+
+/// Drain whatever is there without asserting on terminal events.
+fn drain(rx: &mut mpsc::Receiver<Event>) -> Vec<Event> {
+    let mut v = Vec::new();
+    while let Ok(e) = rx.try_recv() {
+        v.push(e);
+    }
+    v
+}
+
+#[test]
+fn stop_token_and_disconnect_in_the_same_step_end_once() {
+    let mut h = harness(config(1, 64));
+    h.owner.rt.eog_from_pos = Some(9);
+    let rx = h.submit(8, 50, &[]);
+    h.ticks(1); // prefill: the first token is sampled
+    drop(rx); // the client leaves...
+    h.ticks(1); // ...and in this step the end-of-generation token arrives
+    h.run_idle();
+    let st = h.stats.borrow().clone();
+    assert_eq!(
+        st.requests_finished + st.requests_cancelled,
+        1,
+        "one terminal path"
+    );
+    h.assert_released();
+}
+
+#[test]
+fn deadline_and_finish_in_the_same_step_end_once() {
+    let mut h = harness(config(1, 64));
+    let deadline = Instant::now() + Duration::from_millis(30);
+    let mut rx = h.submit_with(8, 3, &[], Some(deadline), "d");
+    h.ticks(2);
+    std::thread::sleep(Duration::from_millis(40));
+    // The deadline has passed and the next step would finish it: the reap
+    // (deadline) runs first, so exactly one of them ends it.
+    h.run_idle();
+    let ev = events(&mut rx);
+    let ends = ev
+        .iter()
+        .filter(|e| {
+            matches!(
+                e,
+                Event::Done(_) | Event::Error(GenerationError::DeadlineExceeded(_))
+            )
+        })
+        .count();
+    assert_eq!(ends, 1, "{ev:?}");
+    h.assert_released();
+}
+
+#[test]
+fn deadline_while_queued_and_while_decoding() {
+    let mut h = harness(config(1, 64));
+    let soon = Instant::now() + Duration::from_millis(20);
+    let mut a = h.submit_with(8, 400, &[], Some(soon), "a");
+    let mut b = h.submit_with(8, 4, &[], Some(soon), "b");
+    h.ticks(3);
+    std::thread::sleep(Duration::from_millis(30));
+    h.run_idle();
+    for rx in [&mut a, &mut b] {
+        let ev = events(rx);
+        assert!(
+            matches!(
+                ev.last(),
+                Some(Event::Error(GenerationError::DeadlineExceeded(_)))
+            ),
+            "{ev:?}"
+        );
+    }
+    assert_eq!(h.stats.borrow().requests_deadline_exceeded, 2);
+    h.assert_released();
+}
+
+#[test]
+fn explicit_cancel_in_each_state_double_cancel_and_unknown_ids() {
+    let mut h = harness(config(1, 8));
+    let mut a = h.submit_with(40, 100, &[], None, "a");
+    let mut b = h.submit_with(10, 4, &[], None, "b");
+    h.ticks(1);
+    // b queued, a prefilling.
+    h.cancel("b");
+    h.cancel("b");
+    h.cancel("nobody");
+    h.ticks(1);
+    assert!(matches!(
+        events(&mut b)[0],
+        Event::Error(GenerationError::Cancelled)
+    ));
+    assert!(!h.owner.seqs[0].is_decoding());
+    h.cancel("a");
+    h.ticks(1);
+    let ev = events(&mut a);
+    assert!(matches!(
+        ev.last(),
+        Some(Event::Error(GenerationError::Cancelled))
+    ));
+    h.cancel("a"); // already retired
+    let mut c = h.submit_with(4, 100, &[], None, "c");
+    h.ticks(4);
+    assert!(h.owner.seqs[0].is_decoding());
+    h.cancel("c");
+    h.run_idle();
+    assert!(matches!(
+        events(&mut c).last(),
+        Some(Event::Error(GenerationError::Cancelled))
+    ));
+    let st = h.stats.borrow().clone();
+    assert_eq!(st.cancelled_by_state, [1, 1, 1]);
+    assert_eq!(st.requests_cancelled, 3);
+    assert!(st.cancel_latency.iter().all(|hist| hist.n == 1));
+    h.assert_released();
+}
+
+#[test]
+fn disconnect_in_each_state_is_counted_by_state_with_latency() {
+    let mut h = harness(config(1, 8));
+    let a = h.submit_with(40, 100, &[], None, "a");
+    let b = h.submit_with(10, 4, &[], None, "b");
+    h.ticks(1);
+    drop(b); // queued
+    h.ticks(1);
+    drop(a); // prefilling
+    h.ticks(1);
+    let mut c = h.submit_with(4, 100, &[], None, "c");
+    h.ticks(4);
+    let _ = drain(&mut c);
+    drop(c); // decoding
+    h.run_idle();
+    let st = h.stats.borrow().clone();
+    assert_eq!(st.cancelled_by_state, [1, 1, 1]);
+    assert_eq!(st.prompt_tokens_after_cancel, 0);
+    h.assert_released();
+}
+
+#[test]
+fn slow_reader_is_paused_then_bounded_then_ended() {
+    let mut c = config(2, 64);
+    c.max_lag_tokens = 8;
+    c.slow_reader_timeout = Some(Duration::from_millis(50));
+    let mut h = harness(c);
+    // A reader whose outbox holds only 2 events and never reads.
+    let (otx, mut slow) = mpsc::channel(2);
+    let req = GenerateRequest {
+        id: "slow".into(),
+        prompt: vec![1, 2, 3],
+        max_tokens: 500,
+        sampling: SamplingParams {
+            temperature: 0.0,
+            ..Default::default()
+        },
+        stop: vec![],
+        ignore_eos: false,
+        logprobs: None,
+        prompt_logprobs: false,
+        arrival: Instant::now(),
+        tokenized: Instant::now(),
+        deadline: None,
+    };
+    h.queued.fetch_add(1, Ordering::AcqRel);
+    h.tx.try_send(Command::Submit(Box::new(Submission {
+        req,
+        outbox: otx,
+        note: Default::default(),
+    })))
+    .unwrap();
+    let mut fast = h.submit(3, 60, &[]);
+    for _ in 0..80 {
+        h.ticks(1);
+    }
+    // The slow sequence stopped decoding at the lag bound; the fast one went on.
+    let slow_seq = h.owner.seqs.iter().find(|s| s.id == "slow").unwrap();
+    assert!(slow_seq.lagging() && slow_seq.paused_since.is_some());
+    assert!(slow_seq.lag_tokens() <= 8);
+    assert_eq!(h.stats.borrow().paused, 1);
+    let f = events(&mut fast);
+    assert_eq!(done(&f).completion_tokens, 60);
+    // Past the timeout it is ended with a clear error, queued behind its backlog.
+    std::thread::sleep(Duration::from_millis(60));
+    h.ticks(1);
+    assert_eq!(h.stats.borrow().requests_slow_reader_terminated, 1);
+    let mut got = Vec::new();
+    for _ in 0..10 {
+        got.extend(drain(&mut slow));
+        h.ticks(1);
+    }
+    got.extend(drain(&mut slow));
+    assert!(
+        matches!(
+            got.last(),
+            Some(Event::Error(GenerationError::SlowReader(_)))
+        ),
+        "{got:?}"
+    );
+    h.run_idle();
     h.assert_released();
 }

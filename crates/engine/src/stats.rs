@@ -1,0 +1,120 @@
+//! The engine's read-only snapshot (`EngineStats`), published by the
+//! execution owner through a `watch` channel after every step, and the small
+//! fixed-bucket histogram it carries. `/ready`, `/metrics` and tests read it
+//! without touching the owner thread.
+
+use crate::EngineConfig;
+
+/// Upper bounds, in milliseconds, shared by every engine histogram.
+pub const BUCKETS_MS: [f64; 14] = [
+    1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0, 30000.0,
+];
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Histogram {
+    /// Cumulative counts per bucket of `BUCKETS_MS`.
+    pub counts: [u64; BUCKETS_MS.len()],
+    pub sum_ms: f64,
+    pub n: u64,
+    pub max_ms: f64,
+}
+
+impl Histogram {
+    pub fn observe(&mut self, ms: f64) {
+        for (i, b) in BUCKETS_MS.iter().enumerate() {
+            if ms <= *b {
+                self.counts[i] += 1;
+            }
+        }
+        self.sum_ms += ms;
+        self.n += 1;
+        self.max_ms = self.max_ms.max(ms);
+    }
+}
+
+/// Where a request was when its client left or it was cancelled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelState {
+    Queued,
+    Prefilling,
+    Decoding,
+}
+
+impl CancelState {
+    pub const ALL: [CancelState; 3] = [Self::Queued, Self::Prefilling, Self::Decoding];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Queued => "queued",
+            Self::Prefilling => "prefilling",
+            Self::Decoding => "decoding",
+        }
+    }
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Read-only snapshot published after every step.
+#[derive(Debug, Clone, Default)]
+pub struct EngineStats {
+    pub ready: bool,
+    pub stopped: bool,
+    pub draining: bool,
+    pub load_ms: f64,
+    pub warmup_ms: f64,
+    pub slots_total: usize,
+    pub running: usize,
+    pub prefilling: usize,
+    pub waiting: usize,
+    /// Decoding sequences paused because their reader lags.
+    pub paused: usize,
+    /// Admitted sequences plus undelivered terminal events plus queued
+    /// requests: every outbox the owner still holds.
+    pub live_outboxes: usize,
+    pub kv_cells_used: u64,
+    pub kv_cells_reserved: u64,
+    pub kv_cells_total: u64,
+    pub kv_bytes_per_cell: u64,
+    pub permits: u64,
+    pub steps: u64,
+    pub prompt_tokens_total: u64,
+    pub generated_tokens_total: u64,
+    pub requests_finished: u64,
+    pub requests_cancelled: u64,
+    pub requests_failed: u64,
+    pub requests_timed_out_in_queue: u64,
+    pub requests_deadline_exceeded: u64,
+    pub requests_slow_reader_terminated: u64,
+    /// Cancellations by the state they happened in (`CancelState::index`).
+    pub cancelled_by_state: [u64; 3],
+    /// From the moment the transport noticed (the stream was dropped) or the
+    /// cancel command arrived, to the final retirement of all state.
+    pub cancel_latency: [Histogram; 3],
+    /// p50, p99 and max (ms) of the last 4,096 cancellation latencies per state.
+    pub cancel_latency_quantiles: [[f64; 3]; 3],
+    /// Prompt tokens computed for sequences whose client had already left
+    /// when the step was planned (should stay 0).
+    pub prompt_tokens_after_cancel: u64,
+    pub step_ms: Histogram,
+    pub queue_wait_ms: Histogram,
+    pub last_step_ms: f64,
+    pub last_step_tokens: usize,
+    /// Time inside the runtime (llama_decode) summed over steps.
+    pub step_runtime_ms_total: f64,
+    /// Steward's own work per step (planning, batch building, sampling,
+    /// detokenizing, event delivery) summed over steps.
+    pub step_host_ms_total: f64,
+    pub prompt_budget: usize,
+}
+
+impl EngineStats {
+    pub(crate) fn starting(c: &EngineConfig, load_ms: f64) -> Self {
+        EngineStats {
+            load_ms,
+            slots_total: c.max_seqs,
+            kv_cells_total: u64::from(c.ctx_per_seq) * c.max_seqs as u64,
+            prompt_budget: c.prompt_budget,
+            ..Default::default()
+        }
+    }
+}
