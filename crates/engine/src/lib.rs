@@ -57,6 +57,8 @@ pub struct EngineConfig {
     pub flash_attn: bool,
     /// Q8_0 KV cache (implies flash attention).
     pub kv_q8: bool,
+    /// Unified KV pool (see `RuntimeParams::kv_unified`).
+    pub kv_unified: bool,
     pub n_gpu_layers: u32,
     /// Bounded queue of submitted, not yet admitted requests.
     pub max_waiting: usize,
@@ -100,8 +102,11 @@ impl EngineConfig {
             n_threads: cores,
             n_threads_batch: cores,
             n_ubatch: 512,
-            flash_attn: false,
+            // Measured here: +16% batched decode at 8-32 sequences and faster
+            // decode at long context, -12% single-sequence decode.
+            flash_attn: true,
             kv_q8: false,
+            kv_unified: false,
             n_gpu_layers: 0,
             max_waiting: 256,
             outbox_capacity: 64,

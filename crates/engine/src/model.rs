@@ -285,7 +285,7 @@ impl LoadedModel {
             .with_n_seq_max(p.n_seqs as u32)
             .with_n_threads(p.n_threads)
             .with_n_threads_batch(p.n_threads_batch)
-            .with_kv_unified(false)
+            .with_kv_unified(p.kv_unified)
             .with_flash_attention_policy(if p.flash_attn || p.kv_q8 {
                 llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_ENABLED
             } else {
@@ -344,6 +344,9 @@ pub struct RuntimeParams {
     /// Store K and V as Q8_0 instead of F16 (half the KV bytes; needs flash
     /// attention, which it turns on).
     pub kv_q8: bool,
+    /// One KV pool shared by all slots (llama.cpp's unified KV) instead of a
+    /// stream of `ctx_per_seq` cells per slot.
+    pub kv_unified: bool,
 }
 
 /// One llama context and its batch. Slot = llama `seq_id`; each slot has its

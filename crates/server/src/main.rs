@@ -146,12 +146,15 @@ struct ServeArgs {
     /// Events buffered per request before text deltas are coalesced.
     #[arg(long, default_value_t = 64)]
     outbox_capacity: usize,
-    /// Use flash attention.
-    #[arg(long)]
+    /// Flash attention (`--flash-attn false` to turn it off).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     flash_attn: bool,
     /// Q8_0 KV cache (half the bytes of F16; turns flash attention on).
     #[arg(long)]
     kv_q8: bool,
+    /// One KV pool shared by all slots instead of a stream per slot.
+    #[arg(long)]
+    kv_unified: bool,
 }
 
 #[derive(Args)]
@@ -188,6 +191,9 @@ struct BenchRuntimeArgs {
     /// Q8_0 KV cache.
     #[arg(long)]
     kv_q8: bool,
+    /// Unified KV pool.
+    #[arg(long)]
+    kv_unified: bool,
 }
 
 fn resolve_model(m: &Option<PathBuf>) -> anyhow::Result<PathBuf> {
@@ -279,6 +285,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
     c.outbox_capacity = a.outbox_capacity.max(2);
     c.flash_attn = a.flash_attn;
     c.kv_q8 = a.kv_q8;
+    c.kv_unified = a.kv_unified;
     c.n_gpu_layers = a.model.gpu_layers;
     c.progress = true;
     let addr: SocketAddr = format!("{}:{}", a.host, a.port)
@@ -339,6 +346,7 @@ fn bench_runtime(a: BenchRuntimeArgs) -> anyhow::Result<()> {
         n_threads_batch: n_threads,
         flash_attn: a.flash_attn,
         kv_q8: a.kv_q8,
+        kv_unified: a.kv_unified,
     };
     let chunk = if a.chunk == 0 { usize::MAX } else { a.chunk };
     let r = steward_engine::ceiling::run_chunked(

@@ -78,6 +78,7 @@ fn runtime_params(c: &EngineConfig) -> RuntimeParams {
         n_threads_batch: c.n_threads_batch,
         flash_attn: c.flash_attn,
         kv_q8: c.kv_q8,
+        kv_unified: c.kv_unified,
     }
 }
 
