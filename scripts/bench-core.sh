@@ -14,8 +14,8 @@ trap 'kill $pid 2>/dev/null || true' EXIT
 until curl -sf "http://127.0.0.1:$port/ready" >/dev/null; do sleep 0.2; done
 for round in 1 2; do
   echo "== round $round"
-  ./target/release/steward bench-runtime --parallel 1 --prompt-tokens 150 --tokens 128 --reps 2 2>/dev/null | tee "$out/ceiling-p1-$round.json"
-  ./target/release/steward bench-runtime --parallel 8 --prompt-tokens 150 --tokens 128 --reps 2 2>/dev/null | tee "$out/ceiling-p8-$round.json"
+  ./target/release/steward bench-runtime --flash-attn --parallel 1 --prompt-tokens 150 --tokens 128 --reps 2 2>/dev/null | tee "$out/ceiling-p1-$round.json"
+  ./target/release/steward bench-runtime --flash-attn --parallel 8 --prompt-tokens 150 --tokens 128 --reps 2 2>/dev/null | tee "$out/ceiling-p8-$round.json"
   ./target/release/steward-bench run --url "http://127.0.0.1:$port" --workload uniform-128 \
     --concurrency 1 --conversations 3 --out "$out/http-c1-$round.json"
   ./target/release/steward-bench run --url "http://127.0.0.1:$port" --workload uniform-128 \

@@ -451,6 +451,7 @@ pub const BUILTINS: &[(&str, &str)] = &[
         include_str!("../workloads/slow-readers.toml"),
     ),
     ("uniform-128", include_str!("../workloads/uniform-128.toml")),
+    ("cancel-16", include_str!("../workloads/cancel-16.toml")),
 ];
 
 pub fn builtin(name: &str) -> Option<&'static str> {
