@@ -7,7 +7,10 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 need=()
 command -v cmake >/dev/null 2>&1 || need+=(cmake)
 command -v c++ >/dev/null 2>&1 || need+=(g++)
-if ! ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 && ! ls /usr/lib/x86_64-linux-gnu/libclang*.so* >/dev/null 2>&1; then
+# bindgen needs libclang itself (not libclang-cpp, which images often carry).
+if command -v dpkg >/dev/null 2>&1; then
+  dpkg -s libclang-dev >/dev/null 2>&1 || need+=(libclang-dev)
+elif ! ls /usr/lib/llvm-*/lib/libclang.so* /usr/lib/*/libclang-[0-9]*.so* >/dev/null 2>&1; then
   need+=(libclang-dev)
 fi
 command -v python3 >/dev/null 2>&1 || need+=(python3 python3-pip python3-venv)

@@ -98,8 +98,9 @@ struct ServeArgs {
     #[arg(long)]
     max_decode_seqs: Option<usize>,
     /// Adaptive prompt budget: target step time in ms (the decoders'
-    /// inter-token latency); --prompt-budget is then the maximum. 0: off.
-    #[arg(long, default_value_t = 0.0)]
+    /// inter-token latency); --prompt-budget is then the maximum. 0: off
+    /// (fixed budget). Default chosen by measurement (docs/BENCHMARKS.md [3/8]).
+    #[arg(long, default_value_t = 250.0)]
     target_step_ms: f64,
     /// Smallest prompt budget the adaptive rule may choose.
     #[arg(long, default_value_t = 16)]

@@ -490,6 +490,18 @@ impl<B: Backend> Owner<B> {
                 }
             }
         }
+        // Prompt tokens submitted for a client already gone when the step
+        // was built (the reap just before makes this ~0 by construction).
+        let wasted: usize = plan
+            .chunks
+            .iter()
+            .filter(|c| {
+                self.seqs
+                    .iter()
+                    .any(|s| s.key == c.key && s.outbox.is_closed())
+            })
+            .map(|c| c.len)
+            .sum();
         let t_submit = Instant::now();
         let decoded = built.and_then(|_| self.rt.decode());
         let runtime_ms = t_submit.elapsed().as_secs_f64() * 1e3;
@@ -505,16 +517,6 @@ impl<B: Backend> Owner<B> {
             return;
         }
         let n_prompt: usize = plan.chunks.iter().map(|c| c.len).sum();
-        let wasted: usize = plan
-            .chunks
-            .iter()
-            .filter(|c| {
-                self.seqs
-                    .iter()
-                    .any(|s| s.key == c.key && s.outbox.is_closed())
-            })
-            .map(|c| c.len)
-            .sum();
         for c in &plan.chunks {
             if let Some(seq) = self.seqs.iter_mut().find(|s| s.key == c.key) {
                 seq.chunk_done(c);
