@@ -150,12 +150,16 @@ pub enum SubmitError {
     Stopped,
     #[error("the engine is not ready yet")]
     NotReady,
+    #[error("the server is draining for shutdown and admits no new requests")]
+    Draining,
 }
 
 pub(crate) enum Command {
     Submit(Box<core::Submission>),
     /// Cancel by request ID; unknown or already retired IDs are ignored.
     Cancel(String),
+    /// End every queued and admitted request with a `Shutdown` error.
+    CancelAll,
 }
 
 /// What happens to a request whose client reads slower than it generates.
@@ -175,6 +179,7 @@ struct Shared {
     inbox: mpsc::Sender<Command>,
     stats: watch::Receiver<EngineStats>,
     queued: Arc<std::sync::atomic::AtomicUsize>,
+    draining: std::sync::atomic::AtomicBool,
     model: Arc<model::LoadedModel>,
 }
 
@@ -225,6 +230,7 @@ impl Engine {
                 inbox: inbox_tx,
                 stats: stats_rx,
                 queued,
+                draining: std::sync::atomic::AtomicBool::new(false),
                 model,
             }),
         })
@@ -247,6 +253,32 @@ impl EngineHandle {
     pub fn stats_watch(&self) -> watch::Receiver<EngineStats> {
         self.shared.stats.clone()
     }
+    /// Stop admitting: every later `submit` is refused with `Draining`;
+    /// work already submitted goes on.
+    pub fn begin_drain(&self) {
+        self.shared
+            .draining
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.shared
+            .draining
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// End everything in flight with a `Shutdown` error (end of a drain).
+    pub fn cancel_all(&self) -> bool {
+        self.shared.inbox.try_send(Command::CancelAll).is_ok()
+    }
+
+    /// Requests still holding engine state: queued, admitted, or with
+    /// undelivered terminal events.
+    pub fn in_flight(&self) -> usize {
+        let s = self.shared.stats.borrow();
+        s.live_outboxes.max(s.running + s.prefilling) + self.waiting()
+    }
+
     /// Cancel a request by ID (idempotent; unknown IDs are ignored). Its
     /// stream receives a `Cancelled` error as its terminal event. Returns
     /// false if the inbox is full (dropping the stream always works).
@@ -301,6 +333,9 @@ impl EngineHandle {
     pub fn submit(&self, req: GenerateRequest) -> Result<RequestStream, SubmitError> {
         if !self.shared.stats.borrow().ready {
             return Err(SubmitError::NotReady);
+        }
+        if self.is_draining() {
+            return Err(SubmitError::Draining);
         }
         use std::sync::atomic::Ordering;
         let max = self.shared.config.max_waiting;

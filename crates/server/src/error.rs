@@ -157,6 +157,11 @@ impl From<SubmitError> for ApiError {
             SubmitError::NotReady => {
                 Self::overloaded(StatusCode::SERVICE_UNAVAILABLE, e.to_string(), "not_ready")
             }
+            SubmitError::Draining => Self::overloaded(
+                StatusCode::SERVICE_UNAVAILABLE,
+                e.to_string(),
+                "shutting_down",
+            ),
             SubmitError::Stopped => Self::overloaded(
                 StatusCode::SERVICE_UNAVAILABLE,
                 e.to_string(),

@@ -132,6 +132,13 @@ async fn auth(State(s): State<Shared>, req: Request, next: Next) -> Response {
 
 async fn ready(State(s): State<Shared>) -> Response {
     let st = s.engine.stats();
+    if s.engine.is_draining() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"status": "draining"})),
+        )
+            .into_response();
+    }
     if st.ready && !st.stopped {
         Json(json!({"status": "ready"})).into_response()
     } else {

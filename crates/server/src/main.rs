@@ -115,6 +115,9 @@ struct ServeArgs {
     /// less with the `timeout` field; 0: no limit).
     #[arg(long, default_value_t = 600.0)]
     request_timeout_s: f64,
+    /// On SIGTERM: seconds in-flight requests get to finish before exit.
+    #[arg(long, default_value_t = 30.0)]
+    drain_timeout_s: f64,
     /// Kernel send buffer per connection, bytes (0: the OS default, which
     /// hides a slow reader behind megabytes of buffering).
     #[arg(long, default_value_t = 65536)]
@@ -309,12 +312,42 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
         }
         let app = steward_server::app(state);
         tracing::info!(%addr, model = %engine.config().served_name, "listening (ready after warm-up)");
+        let grace = Duration::from_secs_f64(a.drain_timeout_s.max(0.0));
+        let drained = engine.clone();
         axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown_signal())
+            .with_graceful_shutdown(async move {
+                shutdown_signal().await;
+                drain(&drained, grace).await;
+            })
             .await?;
         tracing::info!("shut down");
         anyhow::Ok(())
     })
+}
+
+/// SIGTERM/ctrl-c: stop admitting (new requests get 503, /ready 503), let
+/// in-flight requests finish within `grace`, then cancel what is left.
+async fn drain(engine: &steward_engine::EngineHandle, grace: Duration) {
+    let t = std::time::Instant::now();
+    engine.begin_drain();
+    tracing::info!(
+        in_flight = engine.in_flight(),
+        grace_s = grace.as_secs_f64(),
+        "draining"
+    );
+    while engine.in_flight() > 0 && t.elapsed() < grace {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let left = engine.in_flight();
+    if left > 0 {
+        tracing::warn!(left, "grace period over; ending the remaining requests");
+        engine.cancel_all();
+        let t2 = std::time::Instant::now();
+        while engine.in_flight() > 0 && t2.elapsed() < Duration::from_secs(2) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    tracing::info!(drain_ms = t.elapsed().as_secs_f64() * 1e3, "drained");
 }
 
 async fn shutdown_signal() {

@@ -54,3 +54,95 @@ fn bad_model_files_fail_with_one_line() {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn sigterm_drains_in_flight_streams_refuses_new_ones_and_exits_zero() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mut child = Command::new(env!("CARGO_BIN_EXE_steward"))
+        .args([
+            "serve",
+            "--port",
+            &port.to_string(),
+            "--max-seqs",
+            "2",
+            "--ctx-per-seq",
+            "512",
+        ])
+        .args(["--default-format", "original", "--drain-timeout-s", "30"])
+        .stderr(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::new();
+    let code = rt.block_on(async {
+        let ready = |c: reqwest::Client, b: String| async move {
+            c.get(format!("{b}/ready"))
+                .send()
+                .await
+                .map(|r| r.status().as_u16())
+                .unwrap_or(0)
+        };
+        for _ in 0..300 {
+            if ready(client.clone(), base.clone()).await == 200 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(ready(client.clone(), base.clone()).await, 200);
+        // An in-flight stream...
+        let (c, b) = (client.clone(), base.clone());
+        let stream = tokio::spawn(async move {
+            c.post(format!("{b}/v1/completions"))
+                .json(
+                    &serde_json::json!({"prompt": "Once upon a time", "max_tokens": 80,
+                    "ignore_eos": true, "stream": true, "temperature": 0}),
+                )
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap()
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        // ...then SIGTERM.
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(
+            ready(client.clone(), base.clone()).await,
+            503,
+            "/ready while draining"
+        );
+        let r = client
+            .post(format!("{base}/v1/completions"))
+            .json(&serde_json::json!({"prompt": "hi", "max_tokens": 2}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 503, "new requests are refused while draining");
+        let body: serde_json::Value = r.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "shutting_down");
+        let text = stream.await.unwrap();
+        assert!(
+            text.trim_end().ends_with("data: [DONE]"),
+            "in-flight stream completed"
+        );
+        assert!(text.contains("\"finish_reason\":\"length\""), "{text}");
+        for _ in 0..100 {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status.code();
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let _ = child.kill();
+        None
+    });
+    assert_eq!(code, Some(0), "exit code after drain");
+}

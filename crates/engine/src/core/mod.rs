@@ -279,6 +279,7 @@ impl<B: Backend> Owner<B> {
                     enqueued: Instant::now(),
                 }),
                 Command::Cancel(id) => self.cancel_by_id(&id),
+                Command::CancelAll => self.cancel_all(),
             }
         }
     }
@@ -306,6 +307,20 @@ impl<B: Backend> Owner<B> {
             s.cancel_latency[state.index()].observe(ms);
             s.cancel_latency_quantiles[state.index()] = quantiles;
         });
+    }
+
+    /// End of a drain: every queued and admitted request ends with `Shutdown`.
+    fn cancel_all(&mut self) {
+        while let Some(w) = self.waiting.pop_front() {
+            let _ = w
+                .sub
+                .outbox
+                .try_send(Event::Error(GenerationError::Shutdown));
+            self.dequeue();
+        }
+        while let Some(seq) = self.seqs.pop() {
+            self.retire(seq, Some(Outcome::Failed(GenerationError::Shutdown)));
+        }
     }
 
     /// Explicit cancel: idempotent; unknown or retired IDs are ignored.
