@@ -75,11 +75,31 @@ def models():
     assert ids == ["smol"], ids
 
 
+def metrics_parse():
+    # /metrics must parse with the reference Prometheus text-format parser
+    # and carry the names gateways and dashboards read.
+    import urllib.request
+    from prometheus_client.parser import text_string_to_metric_families
+
+    req = urllib.request.Request(base.rsplit("/v1", 1)[0] + "/metrics", headers={"Authorization": f"Bearer {key}"})
+    text = urllib.request.urlopen(req, timeout=10).read().decode()
+    names = {f.name for f in text_string_to_metric_families(text)}
+    for want in [
+        "steward_requests_running", "steward_requests_waiting", "steward_kv_cells_used",
+        "steward_kv_cells_total", "steward_memory_bytes", "steward_cancel_latency_seconds",
+        "steward_time_to_first_token_seconds", "steward_request_duration_seconds",
+        "steward_queue_wait_seconds", "steward_step_duration_seconds",
+        "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+    ]:
+        assert want in names, (want, sorted(names)[:20])
+
+
 check("chat non-streaming", non_stream)
 check("chat streaming equals non-streaming", stream)
 check("400 maps to BadRequestError", bad_request)
 check("401 maps to AuthenticationError", wrong_key)
 check("models.list", models)
+check("/metrics parses (prometheus_client)", metrics_parse)
 passed = sum(results)
 failed = len(results) - passed
 print(f"{passed} passed, {failed} failed")

@@ -10,6 +10,7 @@ pub mod core;
 pub mod detok;
 pub mod fetch;
 pub mod identity;
+pub mod memory;
 pub mod model;
 pub mod prepare;
 pub mod stats;
@@ -77,6 +78,9 @@ pub struct EngineConfig {
     pub max_tokens_limit: u32,
     /// Draw a progress bar while loading (stderr on a terminal).
     pub progress: bool,
+    /// Operational memory budget in bytes: the KV pool (and so `max_seqs`)
+    /// is sized to fit it; startup fails if the weights alone exceed it.
+    pub memory_budget: Option<u64>,
 }
 
 impl EngineConfig {
@@ -117,6 +121,7 @@ impl EngineConfig {
             tokenizer_queue: 64,
             max_tokens_limit: 4096,
             progress: false,
+            memory_budget: None,
         }
     }
 }
@@ -195,7 +200,7 @@ impl Engine {
     /// Load the model, compute its identity, start the tokenizer pool and
     /// the execution owner (which runs one warm-up step before it reports
     /// ready). Returns as soon as the owner thread runs.
-    pub fn start(config: EngineConfig) -> Result<EngineHandle, LoadError> {
+    pub fn start(mut config: EngineConfig) -> Result<EngineHandle, LoadError> {
         let t0 = Instant::now();
         let model = Arc::new(model::LoadedModel::load(
             &config.model_path,
@@ -203,6 +208,28 @@ impl Engine {
             config.n_gpu_layers,
         )?);
         let load_ms = t0.elapsed().as_secs_f64() * 1e3;
+        if let Some(budget) = config.memory_budget {
+            // Buffers besides weights and KV: compute graphs, runtime, HTTP.
+            let overhead = 256u64 << 20;
+            let fit = memory::fit_sequences(
+                budget,
+                model.facts.weights_bytes,
+                overhead,
+                model.kv_bytes_per_token(config.kv_q8),
+                config.ctx_per_seq,
+                config.max_seqs,
+            )
+            .map_err(LoadError::Budget)?;
+            if fit < config.max_seqs {
+                tracing::warn!(
+                    requested = config.max_seqs,
+                    fit,
+                    "memory budget: fewer sequences than --max-seqs"
+                );
+                config.max_seqs = fit;
+                config.max_decode_seqs = config.max_decode_seqs.min(fit);
+            }
+        }
         let identity = identity::ModelIdentity::compute(&config.model_path, &model)?;
         tracing::info!(
             load_ms,
@@ -290,6 +317,18 @@ impl EngineHandle {
     }
 
     /// Requests submitted and not yet admitted (the inbox's length).
+    /// The memory ledger now.
+    pub fn ledger(&self) -> memory::Ledger {
+        let s = self.stats();
+        let rss = memory::rss_bytes().unwrap_or(0);
+        memory::Ledger::from_parts(
+            &s,
+            self.shared.model.facts.weights_bytes,
+            self.shared.config.memory_budget,
+            rss,
+        )
+    }
+
     pub fn waiting(&self) -> usize {
         self.shared
             .queued

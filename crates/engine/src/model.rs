@@ -43,6 +43,8 @@ pub enum LoadError {
     Backend(String),
     #[error("could not create a llama context: {0}")]
     Context(String),
+    #[error("{0}")]
+    Budget(String),
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -75,6 +75,11 @@ pub struct EngineStats {
     pub kv_cells_reserved: u64,
     pub kv_cells_total: u64,
     pub kv_bytes_per_cell: u64,
+    /// Compute buffers, measured at startup (RSS growth across context
+    /// creation and warm-up, minus the KV pool).
+    pub compute_bytes: u64,
+    /// Admission is throttled because the host is short of memory.
+    pub memory_pressure: bool,
     pub permits: u64,
     pub steps: u64,
     pub prompt_tokens_total: u64,

@@ -95,6 +95,7 @@ pub fn app(state: Shared) -> Router {
         .route("/v1/completions", post(completions))
         .route("/v1/models", get(models))
         .route("/metrics", get(metrics_text))
+        .route("/debug/ledger", get(debug_ledger))
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), auth));
     Router::new()
         .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
@@ -170,8 +171,16 @@ async fn models(State(s): State<Shared>) -> Json<p::ModelList> {
     })
 }
 
+async fn debug_ledger(State(s): State<Shared>) -> Json<serde_json::Value> {
+    let l = s.engine.ledger();
+    let mut v = serde_json::to_value(&l).unwrap_or_default();
+    v["sum_of_terms"] = json!(l.sum());
+    Json(v)
+}
+
 async fn metrics_text(State(s): State<Shared>) -> Response {
-    let body = metrics::render(&s.engine.stats(), s.engine.waiting(), &s.metrics);
+    let mut body = metrics::render(&s.engine.stats(), s.engine.waiting(), &s.metrics);
+    metrics::render_ledger(&mut body, &s.engine.ledger());
     ([("content-type", "text/plain; version=0.0.4")], body).into_response()
 }
 

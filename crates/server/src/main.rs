@@ -25,7 +25,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Serve a GGUF model over an OpenAI-compatible HTTP API.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Fetch (if missing) and verify the default model; print its path.
     FetchModel,
     /// Decode one sequence directly on the runtime adapter (no HTTP, no
@@ -115,6 +115,11 @@ struct ServeArgs {
     /// less with the `timeout` field; 0: no limit).
     #[arg(long, default_value_t = 600.0)]
     request_timeout_s: f64,
+    /// Operational memory budget: bytes (6G, 512M) or a fraction of RAM
+    /// (0.5). The KV pool (and so --max-seqs) is sized to fit; startup
+    /// fails if the weights alone exceed it.
+    #[arg(long)]
+    memory_budget: Option<String>,
     /// On SIGTERM: seconds in-flight requests get to finish before exit.
     #[arg(long, default_value_t = 30.0)]
     drain_timeout_s: f64,
@@ -233,7 +238,7 @@ fn main() {
         .init();
     let cli = Cli::parse();
     let r = match cli.cmd {
-        Cmd::Serve(a) => serve(a),
+        Cmd::Serve(a) => serve(*a),
         Cmd::FetchModel => resolve_model(&None).map(|p| println!("{}", p.display())),
         Cmd::BenchRuntime(a) => bench_runtime(a),
         Cmd::Convert(a) => convert(a),
@@ -289,6 +294,11 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
     c.outbox_capacity = a.outbox_capacity.max(2);
     c.flash_attn = a.flash_attn;
     c.kv_q8 = a.kv_q8;
+    if let Some(b) = &a.memory_budget {
+        let total = steward_engine::memory::mem_total().unwrap_or(0);
+        c.memory_budget =
+            Some(steward_engine::memory::parse_budget(b, total).map_err(anyhow::Error::msg)?);
+    }
     c.kv_unified = a.kv_unified;
     c.n_gpu_layers = a.model.gpu_layers;
     c.progress = true;

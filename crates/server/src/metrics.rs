@@ -377,6 +377,11 @@ pub fn render(e: &EngineStats, waiting: usize, h: &HttpMetrics) -> String {
     for (name, help, kind, v) in engine {
         let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
     }
+    let _ = writeln!(
+        o,
+        "# HELP steward_admission_throttled 1 while admission is throttled by host memory pressure\n# TYPE steward_admission_throttled gauge\nsteward_admission_throttled {}",
+        u8::from(e.memory_pressure)
+    );
     engine_histograms(&mut o, e);
     if let Ok(m) = h.0.lock() {
         let _ = writeln!(o, "# HELP steward_http_responses_total HTTP responses by status\n# TYPE steward_http_responses_total counter");
@@ -408,4 +413,31 @@ pub fn render(e: &EngineStats, waiting: usize, h: &HttpMetrics) -> String {
         );
     }
     o
+}
+
+/// Every ledger term as a gauge, `steward_memory_bytes{term=...}`.
+pub fn render_ledger(o: &mut String, l: &steward_engine::memory::Ledger) {
+    let _ = writeln!(o, "# HELP steward_memory_bytes Memory ledger terms (they add up to term=\"rss\")\n# TYPE steward_memory_bytes gauge");
+    let terms = [
+        ("weights", Some(l.weights)),
+        ("live_state", Some(l.live_state)),
+        ("reserved_growth", Some(l.reserved_growth)),
+        ("kv_free", Some(l.kv_free)),
+        ("kv_pool", Some(l.kv_pool)),
+        ("cached_prefixes", Some(l.cached_prefixes)),
+        ("compute_buffers", Some(l.compute_buffers)),
+        ("other", Some(l.other)),
+        ("rss", Some(l.rss)),
+        ("budget", l.budget),
+        ("os_available", l.mem_available),
+        ("os_total", l.mem_total),
+    ];
+    for (t, v) in terms {
+        if let Some(v) = v {
+            let _ = writeln!(o, "steward_memory_bytes{{term=\"{t}\"}} {v}");
+        }
+    }
+    if let Some(p) = l.psi_some_avg10 {
+        let _ = writeln!(o, "# HELP steward_memory_pressure_some_avg10 /proc/pressure/memory some avg10 (percent)\n# TYPE steward_memory_pressure_some_avg10 gauge\nsteward_memory_pressure_some_avg10 {p}");
+    }
 }

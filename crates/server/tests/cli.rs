@@ -56,6 +56,18 @@ fn bad_model_files_fail_with_one_line() {
 }
 
 #[test]
+fn a_budget_smaller_than_the_weights_is_refused_with_one_line() {
+    let (code, err) = run(&["serve", "--port", "0", "--memory-budget", "10M"]);
+    assert_ne!(code, 0);
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(
+        lines[0].contains("smaller than the model's weights alone"),
+        "{err}"
+    );
+}
+
+#[test]
 fn sigterm_drains_in_flight_streams_refuses_new_ones_and_exits_zero() {
     let port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

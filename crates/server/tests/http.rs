@@ -593,3 +593,54 @@ async fn logprobs_chat_and_completion_scoring_agree() {
     }
     assert!(lps[1..].iter().all(|x| x.as_f64().unwrap() <= 0.0));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timings_are_monotonic_and_ledger_adds_up() {
+    let s = server().await;
+    let body = chat_body("Name a planet.", json!({"max_tokens": 6, "timings": true}));
+    let (st, _, v) = s.post("/v1/chat/completions", &body.to_string()).await;
+    assert_eq!(st, 200, "{v}");
+    let t = &v["timings"];
+    let seq: Vec<f64> = [
+        "tokenized_ms",
+        "admitted_ms",
+        "prefill_done_ms",
+        "first_token_ms",
+        "retired_ms",
+    ]
+    .iter()
+    .map(|k| t[k].as_f64().unwrap_or_else(|| panic!("{k} missing: {t}")))
+    .collect();
+    assert!(
+        seq.windows(2).all(|w| w[0] <= w[1]),
+        "not monotonic: {seq:?}"
+    );
+    assert!(seq[0] >= 0.0);
+    let l: Value = s
+        .client
+        .get(format!("{}/debug/ledger", s.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let terms = [
+        "weights",
+        "live_state",
+        "reserved_growth",
+        "kv_free",
+        "cached_prefixes",
+        "compute_buffers",
+        "other",
+    ];
+    let sum: u64 = terms.iter().map(|k| l[k].as_u64().unwrap()).sum();
+    assert_eq!(sum, l["rss"].as_u64().unwrap(), "{l}");
+    assert_eq!(
+        l["kv_pool"].as_u64().unwrap(),
+        l["live_state"].as_u64().unwrap()
+            + l["reserved_growth"].as_u64().unwrap()
+            + l["kv_free"].as_u64().unwrap()
+    );
+    assert!(l["weights"].as_u64().unwrap() > 50_000_000);
+}

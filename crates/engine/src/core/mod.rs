@@ -84,6 +84,7 @@ fn runtime_params(c: &EngineConfig) -> RuntimeParams {
 
 fn owner_main(args: OwnerArgs, ok: std::sync::mpsc::SyncSender<Result<(), LoadError>>) {
     let OwnerArgs { model, parts } = args;
+    let rss_before = crate::memory::rss_bytes().unwrap_or(0);
     let mut rt = match model.new_runtime(&runtime_params(&parts.config)) {
         Ok(rt) => {
             let _ = ok.send(Ok(()));
@@ -101,11 +102,21 @@ fn owner_main(args: OwnerArgs, ok: std::sync::mpsc::SyncSender<Result<(), LoadEr
         return;
     }
     let warmup_ms = t.elapsed().as_secs_f64() * 1e3;
+    let kv_pool = u64::from(parts.config.ctx_per_seq)
+        * parts.config.max_seqs as u64
+        * model.kv_bytes_per_token(parts.config.kv_q8);
+    let grown = crate::memory::rss_bytes()
+        .unwrap_or(0)
+        .saturating_sub(rss_before);
+    let compute_bytes = grown.saturating_sub(kv_pool);
     tracing::info!(warmup_ms, "warm-up step done; ready");
     parts.stats.send_modify(|s| {
         s.ready = true;
         s.warmup_ms = warmup_ms;
         s.kv_bytes_per_cell = model.kv_bytes_per_token(parts.config.kv_q8);
+        s.compute_bytes = compute_bytes;
+        s.kv_cells_total = u64::from(parts.config.ctx_per_seq) * parts.config.max_seqs as u64;
+        s.slots_total = parts.config.max_seqs;
     });
     let state_model = if model.facts.recurrent {
         StateModel::PerSequence
@@ -184,6 +195,8 @@ pub(crate) struct Owner<B: Backend> {
     inbox_closed: bool,
     /// Last cancellation latencies per state (bounded), for quantiles.
     cancel_samples: [VecDeque<f64>; 3],
+    pressure: bool,
+    pressure_checked: Instant,
 }
 
 impl<B: Backend> Owner<B> {
@@ -217,6 +230,8 @@ impl<B: Backend> Owner<B> {
             next_key: 0,
             inbox_closed: false,
             cancel_samples: Default::default(),
+            pressure: false,
+            pressure_checked: Instant::now(),
             config: c,
         }
     }
@@ -435,7 +450,28 @@ impl<B: Backend> Owner<B> {
     /// Admit from the head of the queue (arrival order) while a slot is free
     /// and the ledger can reserve prompt + max_tokens.
     fn admit(&mut self) {
+        // Under measured OS memory pressure, admit slowly (one request per
+        // iteration, and only while fewer than half the slots are busy)
+        // before the host swaps.
+        if self.pressure_checked.elapsed() >= Duration::from_millis(500) {
+            self.pressure_checked = Instant::now();
+            let p = crate::memory::under_pressure();
+            if p != self.pressure {
+                tracing::warn!(pressure = p, "host memory pressure changed");
+                self.pressure = p;
+                self.stats.send_modify(|s| s.memory_pressure = p);
+            }
+        }
+        let mut budget = if self.pressure {
+            usize::from(self.seqs.len() * 2 < self.config.max_seqs)
+        } else {
+            usize::MAX
+        };
         while let Some(w) = self.waiting.front() {
+            if budget == 0 {
+                break;
+            }
+            budget -= 1;
             let r = &w.sub.req;
             let need = admission::cells_needed(self.state_model, r.prompt.len(), r.max_tokens);
             if self.free_slots.is_empty() {
