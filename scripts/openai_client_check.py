@@ -90,6 +90,7 @@ def metrics_parse():
         "steward_time_to_first_token_seconds", "steward_request_duration_seconds",
         "steward_queue_wait_seconds", "steward_step_duration_seconds",
         "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+        "vllm:cache_config_info", "steward_phase", "steward_step_duration_max_seconds",
     ]:
         assert want in names, (want, sorted(names)[:20])
 

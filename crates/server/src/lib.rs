@@ -180,6 +180,7 @@ async fn debug_ledger(State(s): State<Shared>) -> Json<serde_json::Value> {
 
 async fn metrics_text(State(s): State<Shared>) -> Response {
     let mut body = metrics::render(&s.engine.stats(), s.engine.waiting(), &s.metrics);
+    metrics::render_phase(&mut body, &s.engine.stats(), s.engine.is_draining());
     metrics::render_ledger(&mut body, &s.engine.ledger());
     ([("content-type", "text/plain; version=0.0.4")], body).into_response()
 }
@@ -215,7 +216,8 @@ async fn generate(s: Shared, headers: HeaderMap, body: Bytes, api: Api) -> Respo
         if api == Api::Chat { "chatcmpl" } else { "cmpl" },
         seq,
     );
-    let result = run(&s, &id, seq, body, api, arrival).await;
+    let span = tracing::info_span!("request", request_id = %id);
+    let result = tracing::Instrument::instrument(run(&s, &id, seq, body, api, arrival), span).await;
     let mut resp = match result {
         Ok(r) => r,
         Err(e) => {

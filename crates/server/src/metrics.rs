@@ -441,3 +441,34 @@ pub fn render_ledger(o: &mut String, l: &steward_engine::memory::Ledger) {
         let _ = writeln!(o, "# HELP steward_memory_pressure_some_avg10 /proc/pressure/memory some avg10 (percent)\n# TYPE steward_memory_pressure_some_avg10 gauge\nsteward_memory_pressure_some_avg10 {p}");
     }
 }
+
+/// Readiness phase (one-hot), the longest step so far, and the KV layout
+/// under the name inference gateways read.
+pub fn render_phase(o: &mut String, e: &EngineStats, draining: bool) {
+    let phase = if draining || e.draining {
+        "draining"
+    } else if e.stopped {
+        "stopped"
+    } else if e.ready {
+        "ready"
+    } else {
+        "warming"
+    };
+    let _ = writeln!(
+        o,
+        "# HELP steward_phase Readiness phase (1 for the current one)\n# TYPE steward_phase gauge"
+    );
+    for p in ["warming", "ready", "draining", "stopped"] {
+        let _ = writeln!(o, "steward_phase{{phase=\"{p}\"}} {}", u8::from(p == phase));
+    }
+    let _ = writeln!(
+        o,
+        "# HELP steward_step_duration_max_seconds Longest engine step so far\n# TYPE steward_step_duration_max_seconds gauge\nsteward_step_duration_max_seconds {}",
+        e.step_ms.max_ms / 1e3
+    );
+    let _ = writeln!(
+        o,
+        "# HELP vllm:cache_config_info KV cache layout (vLLM name; one cell per block)\n# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{{block_size=\"1\",num_gpu_blocks=\"{}\"}} 1",
+        e.kv_cells_total
+    );
+}
