@@ -33,7 +33,9 @@ use crate::error::ApiError;
 use crate::validate::{GenSpec, PromptInput};
 
 pub struct AppState {
-    pub engine: EngineHandle,
+    /// Set once the model is loaded; until then the server answers
+    /// `/health`, and everything else says it is loading.
+    engine: std::sync::OnceLock<EngineHandle>,
     pub api_key: Option<String>,
     pub metrics: metrics::HttpMetrics,
     /// Interval of SSE comment pings while a stream has nothing to send.
@@ -53,18 +55,46 @@ impl AppState {
         api_key: Option<String>,
         sse_keepalive: std::time::Duration,
     ) -> Arc<Self> {
+        let s = Self::loading(api_key, sse_keepalive, None);
+        s.set_engine(engine);
+        s
+    }
+
+    /// A state with no engine yet: serve it while the model loads.
+    pub fn loading(
+        api_key: Option<String>,
+        sse_keepalive: std::time::Duration,
+        request_timeout: Option<std::time::Duration>,
+    ) -> Arc<Self> {
         Arc::new(AppState {
-            engine,
+            engine: std::sync::OnceLock::new(),
             api_key: api_key.filter(|k| !k.is_empty()),
             metrics: metrics::HttpMetrics::default(),
             sse_keepalive,
-            request_timeout: None,
+            request_timeout,
             next_seq: AtomicU64::new(1),
         })
     }
 }
 
 type Shared = Arc<AppState>;
+
+impl AppState {
+    /// Attach the loaded engine (once).
+    pub fn set_engine(&self, engine: EngineHandle) {
+        let _ = self.engine.set(engine);
+    }
+
+    pub fn engine(&self) -> Option<&EngineHandle> {
+        self.engine.get()
+    }
+
+    fn eng(&self) -> Result<&EngineHandle, ApiError> {
+        self.engine
+            .get()
+            .ok_or_else(|| ApiError::from(steward_engine::SubmitError::NotReady))
+    }
+}
 
 /// Bind the listening socket. `send_buffer` caps each connection's kernel
 /// send buffer (accepted sockets inherit it): without a cap the kernel
@@ -132,8 +162,15 @@ async fn auth(State(s): State<Shared>, req: Request, next: Next) -> Response {
 }
 
 async fn ready(State(s): State<Shared>) -> Response {
-    let st = s.engine.stats();
-    if s.engine.is_draining() {
+    let Some(engine) = s.engine() else {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"status": "loading"})),
+        )
+            .into_response();
+    };
+    let st = engine.stats();
+    if engine.is_draining() {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
             Json(json!({"status": "draining"})),
@@ -158,30 +195,35 @@ fn now_secs() -> u64 {
         .unwrap_or(0)
 }
 
-async fn models(State(s): State<Shared>) -> Json<p::ModelList> {
-    Json(p::ModelList {
+async fn models(State(s): State<Shared>) -> Result<Json<p::ModelList>, ApiError> {
+    let engine = s.eng()?;
+    Ok(Json(p::ModelList {
         object: "list".into(),
         data: vec![p::ModelCard {
-            id: s.engine.config().served_name.clone(),
+            id: engine.config().served_name.clone(),
             object: "model".into(),
             created: now_secs(),
             owned_by: "steward".into(),
-            identity: serde_json::to_value(s.engine.identity()).ok(),
+            identity: serde_json::to_value(engine.identity()).ok(),
         }],
-    })
+    }))
 }
 
-async fn debug_ledger(State(s): State<Shared>) -> Json<serde_json::Value> {
-    let l = s.engine.ledger();
+async fn debug_ledger(State(s): State<Shared>) -> Result<Json<serde_json::Value>, ApiError> {
+    let l = s.eng()?.ledger();
     let mut v = serde_json::to_value(&l).unwrap_or_default();
     v["sum_of_terms"] = json!(l.sum());
-    Json(v)
+    Ok(Json(v))
 }
 
 async fn metrics_text(State(s): State<Shared>) -> Response {
-    let mut body = metrics::render(&s.engine.stats(), s.engine.waiting(), &s.metrics);
-    metrics::render_phase(&mut body, &s.engine.stats(), s.engine.is_draining());
-    metrics::render_ledger(&mut body, &s.engine.ledger());
+    let Some(engine) = s.engine() else {
+        let body = "# HELP steward_phase Readiness phase (1 for the current one)\n# TYPE steward_phase gauge\nsteward_phase{phase=\"loading\"} 1\n";
+        return ([("content-type", "text/plain; version=0.0.4")], body).into_response();
+    };
+    let mut body = metrics::render(&engine.stats(), engine.waiting(), &s.metrics);
+    metrics::render_phase(&mut body, &engine.stats(), engine.is_draining());
+    metrics::render_ledger(&mut body, &engine.ledger());
     ([("content-type", "text/plain; version=0.0.4")], body).into_response()
 }
 
@@ -241,11 +283,12 @@ async fn run(
     api: Api,
     arrival: Instant,
 ) -> Result<Response, ApiError> {
+    let engine = s.eng()?;
     let (spec, input) = match api {
         Api::Chat => validate::chat(&body, seq)?,
-        Api::Completion => validate::completion(&body, seq, s.engine.preparer().n_vocab())?,
+        Api::Completion => validate::completion(&body, seq, engine.preparer().n_vocab())?,
     };
-    let served = &s.engine.config().served_name;
+    let served = &engine.config().served_name;
     if let Some(m) = spec.model.as_deref() {
         if !m.is_empty() && m != served {
             return Err(ApiError::model_not_found(m));
@@ -260,18 +303,18 @@ async fn run(
     }
     let mut echo_text = None;
     let prompt = match input {
-        PromptInput::Chat(m) => s.engine.preparer().chat(m).await?,
+        PromptInput::Chat(m) => engine.preparer().chat(m).await?,
         PromptInput::Text(t) => {
             if spec.echo {
                 echo_text = Some(t.clone());
             }
-            s.engine.preparer().text(t).await?
+            engine.preparer().text(t).await?
         }
         PromptInput::Tokens(t) => {
             if spec.echo {
                 let bytes: Vec<u8> = t
                     .iter()
-                    .flat_map(|&x| s.engine.token_bytes(x).to_vec())
+                    .flat_map(|&x| engine.token_bytes(x).to_vec())
                     .collect();
                 echo_text = Some(String::from_utf8_lossy(&bytes).into_owned());
             }
@@ -283,10 +326,10 @@ async fn run(
     let max_tokens = Preparer::resolve_max_tokens(
         prompt.len(),
         spec.max_tokens,
-        s.engine.context_limit(),
-        s.engine.config().max_tokens_limit,
+        engine.context_limit(),
+        engine.config().max_tokens_limit,
     )?;
-    let mut stream = s.engine.submit(GenerateRequest {
+    let mut stream = engine.submit(GenerateRequest {
         id: id.to_string(),
         prompt,
         max_tokens,
@@ -313,7 +356,7 @@ async fn run(
         api,
         spec,
         arrival,
-        engine: s.engine.clone(),
+        engine: engine.clone(),
         echo_text,
         first_prompt_token,
     };

@@ -313,23 +313,33 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
         let sndbuf = (a.tcp_send_buffer > 0).then_some(a.tcp_send_buffer);
         let listener = steward_server::bind(addr, sndbuf)
             .with_context(|| format!("cannot listen on {addr}"))?;
-        let engine = tokio::task::spawn_blocking(move || Engine::start(c)).await??;
         let keepalive = Duration::from_secs_f64(a.sse_keepalive_s.max(0.05));
-        let mut state =
-            steward_server::AppState::with_keepalive(engine.clone(), a.api_key, keepalive);
-        if let Some(s) = std::sync::Arc::get_mut(&mut state) {
-            s.request_timeout = request_timeout;
-        }
-        let app = steward_server::app(state);
-        tracing::info!(%addr, model = %engine.config().served_name, "listening (ready after warm-up)");
+        // Serve at once: /health answers and /ready says "loading" while the
+        // model loads and warms up.
+        let state = steward_server::AppState::loading(a.api_key, keepalive, request_timeout);
+        let app = steward_server::app(state.clone());
         let grace = Duration::from_secs_f64(a.drain_timeout_s.max(0.0));
-        let drained = engine.clone();
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                shutdown_signal().await;
-                drain(&drained, grace).await;
-            })
-            .await?;
+        let drained = state.clone();
+        let server = tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    shutdown_signal().await;
+                    if let Some(engine) = drained.engine() {
+                        drain(engine, grace).await;
+                    }
+                })
+                .await
+        });
+        let engine = match tokio::task::spawn_blocking(move || Engine::start(c)).await? {
+            Ok(e) => e,
+            Err(e) => {
+                server.abort();
+                return Err(e.into());
+            }
+        };
+        tracing::info!(%addr, model = %engine.config().served_name, "model loaded; serving (ready after warm-up)");
+        state.set_engine(engine);
+        server.await??;
         tracing::info!("shut down");
         anyhow::Ok(())
     })

@@ -99,12 +99,25 @@ fn sigterm_drains_in_flight_streams_refuses_new_ones_and_exits_zero() {
                 .map(|r| r.status().as_u16())
                 .unwrap_or(0)
         };
-        for _ in 0..300 {
-            if ready(client.clone(), base.clone()).await == 200 {
+        // While the model loads and warms up, /health answers and /ready is 503.
+        let mut saw_loading = false;
+        for _ in 0..600 {
+            let health = client
+                .get(format!("{base}/health"))
+                .send()
+                .await
+                .map(|r| r.status().as_u16())
+                .unwrap_or(0);
+            let r = ready(client.clone(), base.clone()).await;
+            if health == 200 && r == 503 {
+                saw_loading = true;
+            }
+            if r == 200 {
                 break;
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        assert!(saw_loading, "/health must answer while /ready is still 503");
         assert_eq!(ready(client.clone(), base.clone()).await, 200);
         // An in-flight stream...
         let (c, b) = (client.clone(), base.clone());
