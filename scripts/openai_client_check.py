@@ -91,6 +91,7 @@ def metrics_parse():
         "steward_queue_wait_seconds", "steward_step_duration_seconds",
         "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
         "vllm:cache_config_info", "steward_phase", "steward_step_duration_max_seconds",
+        "steward_inter_token_latency_seconds", "steward_prefill_duration_seconds", "steward_requests",
     ]:
         assert want in names, (want, sorted(names)[:20])
 

@@ -610,6 +610,7 @@ fn sse_response(
         first: Option<Event>,
         started: bool,
         done: bool,
+        last_text: Option<Instant>,
     }
     let keepalive = s.sse_keepalive;
     let st = St {
@@ -620,6 +621,7 @@ fn sse_response(
         first,
         started: false,
         done: false,
+        last_text: None,
     };
     let stream = futures::stream::unfold(st, |mut st| async move {
         loop {
@@ -644,6 +646,11 @@ fn sse_response(
                         st.started = true;
                         let ms = st.ctx.arrival.elapsed().as_secs_f64();
                         st.s.metrics.observe_first_text(ms);
+                    }
+                    let now = Instant::now();
+                    if let Some(prev) = st.last_text.replace(now) {
+                        st.s.metrics
+                            .observe_itl(now.duration_since(prev).as_secs_f64());
                     }
                     let text = match st.ctx.echo_text.take() {
                         Some(e) => e + &text,

@@ -48,6 +48,8 @@ struct Inner {
     ttft: Histogram,
     first_text: Histogram,
     e2e: Histogram,
+    itl: Histogram,
+    prefill: Histogram,
 }
 
 /// HTTP-side counters (a mutex held for nanoseconds, off the engine thread).
@@ -74,7 +76,13 @@ impl HttpMetrics {
             *m.finish.entry(f.reason.as_str()).or_default() += 1;
             m.ttft.observe(f.timings.first_token_ms / 1e3);
             m.e2e.observe(f.timings.retired_ms / 1e3);
+            m.prefill
+                .observe((f.timings.prefill_done_ms - f.timings.admitted_ms).max(0.0) / 1e3);
         });
+    }
+    /// Gap between two text chunks handed to the transport.
+    pub fn observe_itl(&self, secs: f64) {
+        self.with(|m| m.itl.observe(secs));
     }
 }
 
@@ -382,6 +390,17 @@ pub fn render(e: &EngineStats, waiting: usize, h: &HttpMetrics) -> String {
         "# HELP steward_admission_throttled 1 while admission is throttled by host memory pressure\n# TYPE steward_admission_throttled gauge\nsteward_admission_throttled {}",
         u8::from(e.memory_pressure)
     );
+    let _ = writeln!(o, "# HELP steward_requests_total Requests by final state\n# TYPE steward_requests_total counter");
+    for (state, v) in [
+        ("finished", e.requests_finished),
+        ("cancelled", e.requests_cancelled),
+        ("failed", e.requests_failed),
+        ("queue_timeout", e.requests_timed_out_in_queue),
+        ("deadline_exceeded", e.requests_deadline_exceeded),
+        ("slow_reader", e.requests_slow_reader_terminated),
+    ] {
+        let _ = writeln!(o, "steward_requests_total{{state=\"{state}\"}} {v}");
+    }
     engine_histograms(&mut o, e);
     if let Ok(m) = h.0.lock() {
         let _ = writeln!(o, "# HELP steward_http_responses_total HTTP responses by status\n# TYPE steward_http_responses_total counter");
@@ -410,6 +429,16 @@ pub fn render(e: &EngineStats, waiting: usize, h: &HttpMetrics) -> String {
             &mut o,
             "steward_request_duration_seconds",
             "Arrival to retirement",
+        );
+        m.itl.render(
+            &mut o,
+            "steward_inter_token_latency_seconds",
+            "Gap between text chunks sent to a streaming client",
+        );
+        m.prefill.render(
+            &mut o,
+            "steward_prefill_duration_seconds",
+            "Admission to prefill done",
         );
     }
     o
