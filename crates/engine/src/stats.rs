@@ -54,6 +54,18 @@ impl CancelState {
     }
 }
 
+/// One live request, for `/debug/requests`.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct LiveRequest {
+    pub id: String,
+    /// queued, prefilling, decoding or paused.
+    pub state: &'static str,
+    pub prompt_tokens: usize,
+    pub prompt_computed: usize,
+    pub generated: u32,
+    pub age_ms: f64,
+}
+
 /// Read-only snapshot published after every step.
 #[derive(Debug, Clone, Default)]
 pub struct EngineStats {
@@ -110,6 +122,8 @@ pub struct EngineStats {
     /// detokenizing, event delivery) summed over steps.
     pub step_host_ms_total: f64,
     pub prompt_budget: usize,
+    /// Every queued and admitted request, refreshed each iteration.
+    pub live: Vec<LiveRequest>,
 }
 
 impl EngineStats {

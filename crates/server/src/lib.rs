@@ -126,6 +126,7 @@ pub fn app(state: Shared) -> Router {
         .route("/v1/models", get(models))
         .route("/metrics", get(metrics_text))
         .route("/debug/ledger", get(debug_ledger))
+        .route("/debug/requests", get(debug_requests))
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), auth));
     Router::new()
         .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
@@ -214,6 +215,11 @@ async fn debug_ledger(State(s): State<Shared>) -> Result<Json<serde_json::Value>
     let mut v = serde_json::to_value(&l).unwrap_or_default();
     v["sum_of_terms"] = json!(l.sum());
     Ok(Json(v))
+}
+
+async fn debug_requests(State(s): State<Shared>) -> Result<Json<serde_json::Value>, ApiError> {
+    let st = s.eng()?.stats();
+    Ok(Json(json!({ "requests": st.live })))
 }
 
 async fn metrics_text(State(s): State<Shared>) -> Response {

@@ -644,3 +644,44 @@ async fn timings_are_monotonic_and_ledger_adds_up() {
     );
     assert!(l["weights"].as_u64().unwrap() > 50_000_000);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn debug_requests_lists_live_requests_with_state() {
+    let s = server().await;
+    let mut r = s
+        .client
+        .post(format!("{}/v1/chat/completions", s.base))
+        .json(&chat_body(
+            "Write a long story.",
+            json!({"max_tokens": 200, "ignore_eos": true, "stream": true}),
+        ))
+        .send()
+        .await
+        .unwrap();
+    let _ = r.chunk().await.unwrap();
+    let mut v = Value::Null;
+    for _ in 0..100 {
+        v = s
+            .client
+            .get(format!("{}/debug/requests", s.base))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if v["requests"].as_array().is_some_and(|a| !a.is_empty()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let live = v["requests"].as_array().unwrap_or_else(|| panic!("{v}"));
+    assert_eq!(live.len(), 1, "{v}");
+    assert!(matches!(
+        live[0]["state"].as_str(),
+        Some("decoding" | "prefilling" | "paused")
+    ));
+    assert!(live[0]["age_ms"].as_f64().unwrap() > 0.0);
+    assert!(live[0]["prompt_tokens"].as_u64().unwrap() > 0);
+    drop(r);
+}

@@ -666,6 +666,19 @@ impl<B: Backend> Owner<B> {
             .filter(|s| s.paused_since.is_some())
             .count();
         let outboxes = self.seqs.len() + self.draining.len() + self.waiting.len();
+        let live: Vec<crate::stats::LiveRequest> = self
+            .waiting
+            .iter()
+            .map(|w| crate::stats::LiveRequest {
+                id: w.sub.req.id.clone(),
+                state: "queued",
+                prompt_tokens: w.sub.req.prompt.len(),
+                prompt_computed: 0,
+                generated: 0,
+                age_ms: w.sub.req.arrival.elapsed().as_secs_f64() * 1e3,
+            })
+            .chain(self.seqs.iter().map(Sequence::live))
+            .collect();
         self.stats.send_if_modified(|s| {
             let before = (
                 s.running,
@@ -685,15 +698,22 @@ impl<B: Backend> Owner<B> {
             s.prompt_budget = budget;
             s.paused = paused;
             s.live_outboxes = outboxes;
+            let live_changed = s.live.len() != live.len()
+                || s.live
+                    .iter()
+                    .zip(&live)
+                    .any(|(a, b)| a.id != b.id || a.state != b.state);
+            s.live = live;
             if let Some((ms, n)) = step {
                 s.last_step_ms = ms;
                 s.last_step_tokens = n;
                 return true;
             }
-            before
-                != (
-                    running, prefilling, used, reserved, waiting, paused, outboxes,
-                )
+            live_changed
+                || before
+                    != (
+                        running, prefilling, used, reserved, waiting, paused, outboxes,
+                    )
         });
     }
 

@@ -139,6 +139,23 @@ impl Sequence {
         }
     }
 
+    pub fn live(&self) -> crate::stats::LiveRequest {
+        crate::stats::LiveRequest {
+            id: self.id.clone(),
+            state: if self.paused_since.is_some() {
+                "paused"
+            } else if self.pending.is_some() {
+                "decoding"
+            } else {
+                "prefilling"
+            },
+            prompt_tokens: self.prompt.len(),
+            prompt_computed: self.computed,
+            generated: self.generated,
+            age_ms: self.arrival.elapsed().as_secs_f64() * 1e3,
+        }
+    }
+
     pub fn arrival(&self) -> Instant {
         self.arrival
     }
