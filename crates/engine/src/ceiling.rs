@@ -4,6 +4,7 @@
 
 use std::time::Instant;
 
+use crate::core::sampler::argmax;
 use crate::model::{LoadedModel, RuntimeParams, StepError};
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -16,16 +17,6 @@ pub struct CeilingResult {
     /// Prompt tokens/s of the (single-batch) prefill per repetition.
     pub prefill_tok_s: Vec<f64>,
     pub ms_per_step_median: f64,
-}
-
-fn argmax(l: &[f32]) -> i32 {
-    let mut best = 0;
-    for (i, v) in l.iter().enumerate() {
-        if *v > l[best] {
-            best = i;
-        }
-    }
-    best as i32
 }
 
 /// Prefill `parallel` copies of a ~`prompt_tokens` prompt (one sequence per

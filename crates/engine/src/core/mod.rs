@@ -140,23 +140,13 @@ fn warm_up(rt: &mut impl Backend, model: &LoadedModel) -> Result<(), crate::mode
         last = rt.push(t, i as u32, 0, i + 1 == n)?;
     }
     rt.decode()?;
-    let next = argmax(rt.logits(last));
+    let next = sampler::argmax(rt.logits(last));
     rt.clear();
     let idx = rt.push(next, n as u32, 0, true)?;
     rt.decode()?;
     let _ = rt.logits(idx);
     rt.clear_slot(0);
     Ok(())
-}
-
-fn argmax(l: &[f32]) -> i32 {
-    let mut best = 0;
-    for (i, v) in l.iter().enumerate() {
-        if *v > l[best] {
-            best = i;
-        }
-    }
-    best as i32
 }
 
 /// A submitted request waiting for a slot: nothing allocated yet.

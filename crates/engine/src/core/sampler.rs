@@ -82,6 +82,17 @@ impl Rng {
     }
 }
 
+/// Index of the largest logit (lowest index on ties): greedy decoding.
+pub fn argmax(l: &[f32]) -> TokenId {
+    let mut best = 0;
+    for (i, v) in l.iter().enumerate() {
+        if *v > l[best] {
+            best = i;
+        }
+    }
+    best as TokenId
+}
+
 /// Log-softmax of `logits` at `token`, and the `top_n` most likely tokens.
 pub fn logprob_of(logits: &[f32], token: TokenId, top_n: usize) -> crate::stream::TokenLogprob {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
