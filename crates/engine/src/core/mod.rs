@@ -187,6 +187,8 @@ pub(crate) struct Owner<B: Backend> {
     cancel_samples: [VecDeque<f64>; 3],
     pressure: bool,
     pressure_checked: Instant,
+    /// Duration and tokens of this iteration's step, for the one publish.
+    last_step: Option<(f64, usize)>,
 }
 
 impl<B: Backend> Owner<B> {
@@ -222,6 +224,7 @@ impl<B: Backend> Owner<B> {
             cancel_samples: Default::default(),
             pressure: false,
             pressure_checked: Instant::now(),
+            last_step: None,
             config: c,
         }
     }
@@ -235,7 +238,8 @@ impl<B: Backend> Owner<B> {
         self.admit();
         self.flush_draining();
         self.step();
-        self.publish(None);
+        let step = self.last_step.take();
+        self.publish(step);
         true
     }
 
@@ -589,7 +593,7 @@ impl<B: Backend> Owner<B> {
                 i += 1;
             }
         }
-        self.publish(Some((ms, plan.n_tokens())));
+        self.last_step = Some((ms, plan.n_tokens()));
     }
 
     fn fail(&mut self, keys: &[u64], msg: String) {
