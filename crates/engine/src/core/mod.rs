@@ -515,7 +515,14 @@ impl<B: Backend> Owner<B> {
         let mut rows: Vec<(usize, usize)> = Vec::new(); // (seq index, batch row)
         let mut scored: Vec<(usize, usize, usize)> = Vec::new(); // (seq, chunk, first row)
         let mut built = Ok(());
-        for (si, seq) in self.seqs.iter_mut().enumerate() {
+        // Batch rows in slot order. With per-slot KV streams llama.cpp splits
+        // a batch into one ubatch (one pass over the weights) per run of
+        // consecutive slot ids in batch order: 8 decoders pushed in arrival
+        // order could cost 8 passes instead of 1 (measured: 52 vs 29 ms).
+        let mut order: Vec<usize> = (0..self.seqs.len()).collect();
+        order.sort_unstable_by_key(|&i| self.seqs[i].slot);
+        for si in order {
+            let seq = &mut self.seqs[si];
             if plan.decode.contains(&seq.key) {
                 match seq.push_decode(&mut self.rt) {
                     Ok(row) => rows.push((si, row)),
@@ -574,6 +581,14 @@ impl<B: Backend> Owner<B> {
             self.seqs[si].sample_and_emit(self.rt.logits(row), &self.vocab);
         }
         let ms = t.elapsed().as_secs_f64() * 1e3;
+        tracing::trace!(
+            decode = plan.decode.len(),
+            chunks = plan.chunks.len(),
+            prompt = n_prompt,
+            runtime_ms = runtime_ms,
+            ms = ms,
+            "step"
+        );
         self.cost.observe(plan.decode.len(), n_prompt, ms);
         self.stats.send_modify(|s| {
             s.steps += 1;
@@ -614,7 +629,10 @@ impl<B: Backend> Owner<B> {
     /// permit (releasing its reservation), queue its terminal event.
     fn retire(&mut self, mut seq: Sequence, outcome: Option<Outcome>) {
         self.rt.clear_slot(seq.slot);
+        // Lowest slot first (`pop` takes the smallest): busy slots stay
+        // contiguous, see `step`.
         self.free_slots.push(seq.slot);
+        self.free_slots.sort_unstable_by(|a, b| b.cmp(a));
         let Some(outcome) = outcome else {
             return; // cancelled: nobody to tell; `seq` (and its permit) drop here.
         };
