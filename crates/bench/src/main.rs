@@ -43,7 +43,7 @@ enum Cmd {
     Run(RunArgs),
     /// Raise closed-loop concurrency until the SLO breaks; report the last passing level.
     Capacity(SweepArgs),
-    /// Run the same workload against two servers, interleaved level by level.
+    /// Run the same workload against two or more servers, interleaved level by level.
     Compare(CompareArgs),
     /// Compare two JSON result files side by side.
     CompareFiles { a: String, b: String },
@@ -112,19 +112,29 @@ struct SweepArgs {
 
 #[derive(Args)]
 struct CompareArgs {
-    /// Two URLs (give --url twice).
+    /// Server URLs (give --url two or more times), run interleaved level by level.
     #[arg(long, num_args = 1)]
     url: Vec<String>,
-    /// Names for the two servers.
+    /// Names for the servers, in --url order.
     #[arg(long, num_args = 1)]
     name: Vec<String>,
-    /// Model names per server (give twice), when they differ.
+    /// Model names per server, in --url order, when they differ.
     #[arg(long = "server-model", num_args = 1)]
     server_model: Vec<String>,
     #[arg(long, value_delimiter = ',', default_value = "1,4")]
     levels: Vec<usize>,
     #[command(flatten)]
     common: Common,
+}
+
+/// One connection per request, never a pooled one: some servers
+/// (llama-server) close a connection after a streamed response, and reusing
+/// it fails the next request before it is sent. Every server is measured
+/// the same way; a loopback connect costs well under a millisecond.
+fn http_client() -> anyhow::Result<reqwest::Client> {
+    Ok(reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()?)
 }
 
 fn check_url(url: &str, allow_remote: bool) -> anyhow::Result<String> {
@@ -434,7 +444,7 @@ async fn cmd_run(a: RunArgs) -> anyhow::Result<i32> {
     if let Some(c) = a.concurrency {
         w = w.with_concurrency(c);
     }
-    let client = reqwest::Client::new();
+    let client = http_client()?;
     let model = match &a.common.model {
         Some(m) => m.clone(),
         None => model_name(&client, &base, a.common.api_key.as_deref()).await?,
@@ -537,7 +547,7 @@ fn sweep_charts(servers: &[(&str, &[Value])]) -> Vec<(String, String)> {
 async fn cmd_capacity(a: SweepArgs) -> anyhow::Result<i32> {
     let base = check_url(&a.url, a.common.allow_remote)?;
     let w = load_workload(&a.common)?;
-    let client = reqwest::Client::new();
+    let client = http_client()?;
     let model = match &a.common.model {
         Some(m) => m.clone(),
         None => model_name(&client, &base, a.common.api_key.as_deref()).await?,
@@ -578,19 +588,20 @@ async fn cmd_capacity(a: SweepArgs) -> anyhow::Result<i32> {
 }
 
 async fn cmd_compare(a: CompareArgs) -> anyhow::Result<i32> {
-    if a.url.len() != 2 {
-        bail!("compare needs exactly two --url");
+    if a.url.len() < 2 {
+        bail!("compare needs at least two --url");
     }
     let bases: Vec<String> = a
         .url
         .iter()
         .map(|u| check_url(u, a.common.allow_remote))
         .collect::<anyhow::Result<_>>()?;
-    let names: Vec<String> = (0..2)
+    let n = bases.len();
+    let names: Vec<String> = (0..n)
         .map(|i| a.name.get(i).cloned().unwrap_or_else(|| bases[i].clone()))
         .collect();
     let w = load_workload(&a.common)?;
-    let client = reqwest::Client::new();
+    let client = http_client()?;
     let mut models = Vec::new();
     for (i, b) in bases.iter().enumerate() {
         models.push(match a.server_model.get(i).or(a.common.model.as_ref()) {
@@ -598,58 +609,65 @@ async fn cmd_compare(a: CompareArgs) -> anyhow::Result<i32> {
             None => model_name(&client, b, a.common.api_key.as_deref()).await?,
         });
     }
-    let mut pts: [Vec<Value>; 2] = [Vec::new(), Vec::new()];
+    let mut pts: Vec<Vec<Value>> = vec![Vec::new(); n];
     let mut code = 0;
+    // Interleaved: every server runs each level before the next level, so
+    // a drift in the host's speed lands on all of them alike.
     for &level in &a.levels {
         let wl = level_workload(&w, level, a.common.per_client);
-        for i in 0..2 {
+        for i in 0..n {
             let r = run_once(&client, &bases[i], &models[i], &a.common, &wl).await;
             print_summary(&format!("{} @ {level}", names[i]), &r.summary, &r.steady);
             code = code.max(steady_exit(&r.steady));
             pts[i].push(point(level, &r.summary));
         }
     }
-    let table = compare_table(&names, &pts[0], &pts[1]);
+    let table = compare_table(&names, &pts);
     println!("{table}");
+    let servers: Vec<Value> = (0..n)
+        .map(|i| json!({"name": names[i], "url": bases[i], "model": models[i], "points": pts[i]}))
+        .collect();
     let v = json!({
         "tool": "steward-bench", "workload": w,
-        "servers": [{"name": names[0], "url": bases[0], "model": models[0], "points": pts[0]},
-                    {"name": names[1], "url": bases[1], "model": models[1], "points": pts[1]}],
+        "servers": servers,
         "table_markdown": table,
     });
-    let charts = sweep_charts(&[(&names[0], &pts[0]), (&names[1], &pts[1])]);
+    let series: Vec<(&str, &[Value])> = names
+        .iter()
+        .zip(&pts)
+        .map(|(n, p)| (n.as_str(), p.as_slice()))
+        .collect();
+    let charts = sweep_charts(&series);
     let mut c = a.common.clone();
     if c.out.is_none() {
         c.out = Some("/dev/null".into());
     }
-    write_outputs(
-        &c,
-        &v,
-        &format!("Compare: {} vs {}", names[0], names[1]),
-        charts,
-    )?;
+    write_outputs(&c, &v, &format!("Compare: {}", names.join(" vs ")), charts)?;
     Ok(code)
 }
 
-fn compare_table(names: &[String], a: &[Value], b: &[Value]) -> String {
-    let mut t = format!(
-        "| clients | {0} tok/s | {1} tok/s | ratio | {0} TTFT p50 ms | {1} TTFT p50 ms | {0} gap p99 ms | {1} gap p99 ms |\n|---|---|---|---|---|---|---|---|\n",
-        names[0], names[1]
-    );
-    for (x, y) in a.iter().zip(b) {
-        let f = |v: &Value, k: &str| v[k].as_f64().unwrap_or(0.0);
-        let ratio = f(x, "output_tokens_per_s") / f(y, "output_tokens_per_s").max(1e-9);
-        t.push_str(&format!(
-            "| {} | {:.1} | {:.1} | {:.2}× | {:.0} | {:.0} | {:.0} | {:.0} |\n",
-            x["concurrency"],
-            f(x, "output_tokens_per_s"),
-            f(y, "output_tokens_per_s"),
-            ratio,
-            f(x, "ttft_p50_ms"),
-            f(y, "ttft_p50_ms"),
-            f(x, "gap_p99_ms"),
-            f(y, "gap_p99_ms"),
-        ));
+/// Markdown table, one row per level: tokens/s of every server, the first
+/// server's ratio to each other one, TTFT p50 and gap p99 of every server.
+fn compare_table(names: &[String], pts: &[Vec<Value>]) -> String {
+    let f = |v: &Value, k: &str| v[k].as_f64().unwrap_or(0.0);
+    let mut head = vec!["clients".to_string()];
+    head.extend(names.iter().map(|n| format!("{n} tok/s")));
+    head.extend(names[1..].iter().map(|n| format!("{} / {n}", names[0])));
+    head.extend(names.iter().map(|n| format!("{n} TTFT p50 ms")));
+    head.extend(names.iter().map(|n| format!("{n} gap p99 ms")));
+    let mut t = format!("| {} |\n|{}\n", head.join(" | "), "---|".repeat(head.len()));
+    let rows = pts.iter().map(Vec::len).min().unwrap_or(0);
+    for r in 0..rows {
+        let first = &pts[0][r];
+        let mut cells = vec![first["concurrency"].to_string()];
+        cells.extend(pts.iter().map(|p| format!("{:.1}", f(&p[r], "output_tokens_per_s"))));
+        cells.extend(pts[1..].iter().map(|p| {
+            let ratio = f(first, "output_tokens_per_s") / f(&p[r], "output_tokens_per_s").max(1e-9);
+            format!("{ratio:.2}×")
+        }));
+        cells.extend(pts.iter().map(|p| format!("{:.0}", f(&p[r], "ttft_p50_ms"))));
+        cells.extend(pts.iter().map(|p| format!("{:.0}", f(&p[r], "gap_p99_ms"))));
+        t.push_str(&format!("| {} |\n", cells.join(" | ")));
     }
     t
 }
@@ -670,7 +688,7 @@ fn cmd_compare_files(a: &str, b: &str) -> anyhow::Result<i32> {
     };
     println!(
         "{}",
-        compare_table(&[a.to_string(), b.to_string()], &pts(&va), &pts(&vb))
+        compare_table(&[a.to_string(), b.to_string()], &[pts(&va), pts(&vb)])
     );
     Ok(0)
 }

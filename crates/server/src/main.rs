@@ -40,7 +40,7 @@ struct ConvertArgs {
     /// Input GGUF (default: the default model).
     #[arg(long)]
     model: Option<PathBuf>,
-    /// Target format: Q4_0, Q4_1, Q8_0, BF16, F16.
+    /// Target format: Q4_0, Q4_1, Q5_1, Q8_0, Q4_K_M, Q4_K_S, IQ4_NL, BF16, F16.
     #[arg(long)]
     to: String,
     /// Output path (default: beside the input, with the format in its name).
