@@ -660,12 +660,18 @@ fn compare_table(names: &[String], pts: &[Vec<Value>]) -> String {
     for r in 0..rows {
         let first = &pts[0][r];
         let mut cells = vec![first["concurrency"].to_string()];
-        cells.extend(pts.iter().map(|p| format!("{:.1}", f(&p[r], "output_tokens_per_s"))));
+        cells.extend(
+            pts.iter()
+                .map(|p| format!("{:.1}", f(&p[r], "output_tokens_per_s"))),
+        );
         cells.extend(pts[1..].iter().map(|p| {
             let ratio = f(first, "output_tokens_per_s") / f(&p[r], "output_tokens_per_s").max(1e-9);
             format!("{ratio:.2}×")
         }));
-        cells.extend(pts.iter().map(|p| format!("{:.0}", f(&p[r], "ttft_p50_ms"))));
+        cells.extend(
+            pts.iter()
+                .map(|p| format!("{:.0}", f(&p[r], "ttft_p50_ms"))),
+        );
         cells.extend(pts.iter().map(|p| format!("{:.0}", f(&p[r], "gap_p99_ms"))));
         t.push_str(&format!("| {} |\n", cells.join(" | ")));
     }

@@ -98,7 +98,7 @@ impl EngineConfig {
             max_seqs: 32,
             ctx_per_seq: 4096,
             prompt_budget: 256,
-            max_prefill_seqs: 4,
+            max_prefill_seqs: 2,
             max_decode_seqs: 32,
             target_step_ms: None,
             min_prompt_budget: 16,
@@ -184,7 +184,8 @@ struct Shared {
     inbox: mpsc::Sender<Command>,
     stats: watch::Receiver<EngineStats>,
     queued: Arc<std::sync::atomic::AtomicUsize>,
-    draining: std::sync::atomic::AtomicBool,
+    /// Set once, when the drain begins.
+    drain_started: std::sync::OnceLock<Instant>,
     model: Arc<model::LoadedModel>,
 }
 
@@ -257,7 +258,7 @@ impl Engine {
                 inbox: inbox_tx,
                 stats: stats_rx,
                 queued,
-                draining: std::sync::atomic::AtomicBool::new(false),
+                drain_started: std::sync::OnceLock::new(),
                 model,
             }),
         })
@@ -283,15 +284,16 @@ impl EngineHandle {
     /// Stop admitting: every later `submit` is refused with `Draining`;
     /// work already submitted goes on.
     pub fn begin_drain(&self) {
-        self.shared
-            .draining
-            .store(true, std::sync::atomic::Ordering::Release);
+        let _ = self.shared.drain_started.set(Instant::now());
     }
 
     pub fn is_draining(&self) -> bool {
-        self.shared
-            .draining
-            .load(std::sync::atomic::Ordering::Acquire)
+        self.shared.drain_started.get().is_some()
+    }
+
+    /// How long the drain has been running (None before it begins).
+    pub fn drain_elapsed(&self) -> Option<std::time::Duration> {
+        self.shared.drain_started.get().map(Instant::elapsed)
     }
 
     /// End everything in flight with a `Shutdown` error (end of a drain).

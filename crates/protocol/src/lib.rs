@@ -143,6 +143,10 @@ pub struct Timings {
     pub admitted_ms: f64,
     pub prefill_done_ms: f64,
     pub first_token_ms: f64,
+    /// When the first text left for the client (streaming: the first text
+    /// chunk handed to the transport; otherwise the whole body, after
+    /// `retired_ms`).
+    pub first_text_sent_ms: f64,
     pub retired_ms: f64,
     pub queue_ms: f64,
     pub prompt_tokens: u32,

@@ -228,7 +228,7 @@ async fn metrics_text(State(s): State<Shared>) -> Response {
         return ([("content-type", "text/plain; version=0.0.4")], body).into_response();
     };
     let mut body = metrics::render(&engine.stats(), engine.waiting(), &s.metrics);
-    metrics::render_phase(&mut body, &engine.stats(), engine.is_draining());
+    metrics::render_phase(&mut body, &engine.stats(), engine.drain_elapsed());
     metrics::render_ledger(&mut body, &engine.ledger());
     ([("content-type", "text/plain; version=0.0.4")], body).into_response()
 }
@@ -403,6 +403,9 @@ async fn run(
         };
         s.metrics.record_status(200);
         s.metrics.observe_finished(&fin);
+        // Non-streaming: the first text leaves with the whole body.
+        s.metrics
+            .observe_first_text(ctx.arrival.elapsed().as_secs_f64());
         Ok(Json(ctx.full_response(text, &lps, &fin)).into_response())
     }
 }
@@ -432,7 +435,9 @@ fn usage(f: &Finished) -> p::Usage {
     }
 }
 
-fn timings(f: &Finished) -> p::Timings {
+/// `first_text_sent_ms`: since arrival, when the first text went to the
+/// transport (streaming) or when the whole body did (otherwise).
+fn timings(f: &Finished, first_text_sent_ms: f64) -> p::Timings {
     let t = &f.timings;
     let decode_ms = (t.retired_ms - t.first_token_ms).max(0.0);
     p::Timings {
@@ -440,6 +445,7 @@ fn timings(f: &Finished) -> p::Timings {
         admitted_ms: t.admitted_ms,
         prefill_done_ms: t.prefill_done_ms,
         first_token_ms: t.first_token_ms,
+        first_text_sent_ms,
         retired_ms: t.retired_ms,
         queue_ms: (t.admitted_ms - t.tokenized_ms).max(0.0),
         prompt_tokens: f.prompt_tokens,
@@ -487,7 +493,8 @@ impl ReplyCtx {
         lps: &[steward_engine::TokenLogprob],
         f: &Finished,
     ) -> serde_json::Value {
-        let t = self.spec.timings.then(|| timings(f));
+        let sent = self.arrival.elapsed().as_secs_f64() * 1e3;
+        let t = self.spec.timings.then(|| timings(f, sent));
         let logprobs = self.logprobs_value(lps, Some(f));
         if let Some(e) = &self.echo_text {
             text.insert_str(0, e);
@@ -582,7 +589,7 @@ impl ReplyCtx {
         v.map(|v| v.to_string()).unwrap_or_default()
     }
 
-    fn usage_chunk(&self, f: &Finished) -> String {
+    fn usage_chunk(&self, f: &Finished, first_text_sent_ms: Option<f64>) -> String {
         let object = if self.api == Api::Chat {
             "chat.completion.chunk"
         } else {
@@ -593,7 +600,10 @@ impl ReplyCtx {
             "model": self.model, "choices": [], "usage": usage(f),
         });
         if self.spec.timings {
-            v["timings"] = serde_json::to_value(timings(f)).unwrap_or_default();
+            // Nothing was streamed before the end: the first text is this chunk.
+            let sent =
+                first_text_sent_ms.unwrap_or_else(|| self.arrival.elapsed().as_secs_f64() * 1e3);
+            v["timings"] = serde_json::to_value(timings(f, sent)).unwrap_or_default();
         }
         v.to_string()
     }
@@ -617,6 +627,7 @@ fn sse_response(
         started: bool,
         done: bool,
         last_text: Option<Instant>,
+        first_text_sent_ms: Option<f64>,
     }
     let keepalive = s.sse_keepalive;
     let st = St {
@@ -628,6 +639,7 @@ fn sse_response(
         started: false,
         done: false,
         last_text: None,
+        first_text_sent_ms: None,
     };
     let stream = futures::stream::unfold(st, |mut st| async move {
         loop {
@@ -650,8 +662,9 @@ fn sse_response(
                     }
                     if !st.started {
                         st.started = true;
-                        let ms = st.ctx.arrival.elapsed().as_secs_f64();
-                        st.s.metrics.observe_first_text(ms);
+                        let s = st.ctx.arrival.elapsed().as_secs_f64();
+                        st.s.metrics.observe_first_text(s);
+                        st.first_text_sent_ms = Some(s * 1e3);
                     }
                     let now = Instant::now();
                     if let Some(prev) = st.last_text.replace(now) {
@@ -675,7 +688,8 @@ fn sse_response(
                     }
                     st.queue.push_back(st.ctx.chunk(None, &[], Some(&f), false));
                     if st.ctx.spec.include_usage || st.ctx.spec.timings {
-                        st.queue.push_back(st.ctx.usage_chunk(&f));
+                        st.queue
+                            .push_back(st.ctx.usage_chunk(&f, st.first_text_sent_ms));
                     }
                     st.queue.push_back("[DONE]".into());
                     st.s.metrics.observe_finished(&f);

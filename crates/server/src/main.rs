@@ -91,8 +91,10 @@ struct ServeArgs {
     /// Prompt tokens computed per step (chunked prefill).
     #[arg(long, default_value_t = 256)]
     prompt_budget: usize,
-    /// Sequences whose prompts may advance in one step.
-    #[arg(long, default_value_t = 4)]
+    /// Sequences whose prompts may advance in one step. 2 = the oldest prompt
+    /// plus the express lane for short ones; more chunks per step cost extra
+    /// passes over the weights (docs/BENCHMARKS.md [9/9]).
+    #[arg(long, default_value_t = 2)]
     max_prefill_seqs: usize,
     /// Sequences that may decode in one step (default: --max-seqs).
     #[arg(long)]

@@ -473,8 +473,8 @@ pub fn render_ledger(o: &mut String, l: &steward_engine::memory::Ledger) {
 
 /// Readiness phase (one-hot), the longest step so far, and the KV layout
 /// under the name inference gateways read.
-pub fn render_phase(o: &mut String, e: &EngineStats, draining: bool) {
-    let phase = if draining || e.draining {
+pub fn render_phase(o: &mut String, e: &EngineStats, drain: Option<std::time::Duration>) {
+    let phase = if drain.is_some() || e.draining {
         "draining"
     } else if e.stopped {
         "stopped"
@@ -490,6 +490,11 @@ pub fn render_phase(o: &mut String, e: &EngineStats, draining: bool) {
     for p in ["warming", "ready", "draining", "stopped"] {
         let _ = writeln!(o, "steward_phase{{phase=\"{p}\"}} {}", u8::from(p == phase));
     }
+    let _ = writeln!(
+        o,
+        "# HELP steward_drain_seconds Time since the shutdown drain began (0 before)\n# TYPE steward_drain_seconds gauge\nsteward_drain_seconds {}",
+        drain.map_or(0.0, |d| d.as_secs_f64())
+    );
     let _ = writeln!(
         o,
         "# HELP steward_step_duration_max_seconds Longest engine step so far\n# TYPE steward_step_duration_max_seconds gauge\nsteward_step_duration_max_seconds {}",

@@ -159,6 +159,16 @@ async fn clients_leaving_mid_decode_and_mid_prefill_cost_nothing_after() {
         assert!(Instant::now() < deadline, "not idle: {st:?}");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    // The ledger is back at its idle level, and its terms still add up.
+    let l = engine.ledger();
+    assert_eq!(l.live_state, 0, "{l:?}");
+    assert_eq!(l.reserved_growth, 0, "{l:?}");
+    assert_eq!(l.kv_free + l.cached_prefixes, l.kv_pool, "{l:?}");
+    assert_eq!(
+        l.weights + l.kv_pool + l.compute_buffers + l.other,
+        l.rss,
+        "{l:?}"
+    );
     let st = engine.stats();
     assert!(
         st.cancelled_by_state[2] >= 16,

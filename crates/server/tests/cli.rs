@@ -154,6 +154,22 @@ fn sigterm_drains_in_flight_streams_refuses_new_ones_and_exits_zero() {
         assert_eq!(r.status(), 503, "new requests are refused while draining");
         let body: serde_json::Value = r.json().await.unwrap();
         assert_eq!(body["error"]["code"], "shutting_down");
+        let m = client
+            .get(format!("{base}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(m.contains("steward_phase{phase=\"draining\"} 1"), "{m}");
+        let drain_s: f64 = m
+            .lines()
+            .find_map(|l| l.strip_prefix("steward_drain_seconds "))
+            .expect("steward_drain_seconds")
+            .parse()
+            .unwrap();
+        assert!(drain_s > 0.0, "drain time exported while draining");
         let text = stream.await.unwrap();
         assert!(
             text.trim_end().ends_with("data: [DONE]"),

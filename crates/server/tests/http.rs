@@ -607,6 +607,7 @@ async fn timings_are_monotonic_and_ledger_adds_up() {
         "prefill_done_ms",
         "first_token_ms",
         "retired_ms",
+        "first_text_sent_ms",
     ]
     .iter()
     .map(|k| t[k].as_f64().unwrap_or_else(|| panic!("{k} missing: {t}")))
@@ -616,6 +617,21 @@ async fn timings_are_monotonic_and_ledger_adds_up() {
         "not monotonic: {seq:?}"
     );
     assert!(seq[0] >= 0.0);
+    // Streaming: the timings ride on the usage chunk; the first text was
+    // sent after the first token and no later than the end of the stream.
+    let body = chat_body(
+        "Name a planet.",
+        json!({"max_tokens": 6, "timings": true, "stream": true}),
+    );
+    let (_, chunks, done) = s.stream("/v1/chat/completions", body).await;
+    assert!(done);
+    let t = chunks
+        .iter()
+        .find_map(|c| c.get("timings"))
+        .expect("a chunk with timings");
+    let f = |k: &str| t[k].as_f64().unwrap_or_else(|| panic!("{k} missing: {t}"));
+    assert!(f("first_token_ms") <= f("first_text_sent_ms"), "{t}");
+    assert!(f("tokenized_ms") <= f("admitted_ms") && f("admitted_ms") <= f("first_token_ms"));
     let l: Value = s
         .client
         .get(format!("{}/debug/ledger", s.base))
