@@ -52,6 +52,16 @@ def stream():
     assert usage is not None and usage.completion_tokens > 0
 
 
+def cached_tokens():
+    # The same conversation twice: the second reuses the first's prompt
+    # state, reported the way OpenAI does.
+    long = [{"role": "user", "content": "Describe a lighthouse keeper's day in detail. " * 8}]
+    client.chat.completions.create(model="smol", messages=long, max_tokens=4, temperature=0)
+    r = client.chat.completions.create(model="smol", messages=long, max_tokens=4, temperature=0)
+    cached = r.usage.prompt_tokens_details.cached_tokens
+    assert cached == r.usage.prompt_tokens - 1, (cached, r.usage)
+
+
 def bad_request():
     try:
         client.chat.completions.create(model="smol", messages=msgs, temperature=5)
@@ -92,12 +102,17 @@ def metrics_parse():
         "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
         "vllm:cache_config_info", "steward_phase", "steward_step_duration_max_seconds",
         "steward_inter_token_latency_seconds", "steward_prefill_duration_seconds", "steward_requests",
+        "steward_time_to_first_text_seconds", "steward_drain_seconds", "steward_kv_cells_cached",
+        "steward_prefix_cache_lookups", "steward_prefix_cache_hits", "steward_prefix_cache_reused_tokens",
+        "steward_prefix_cache_evictions", "steward_prefix_cache_entries", "steward_prompt_tokens",
+        "steward_generation_tokens",
     ]:
         assert want in names, (want, sorted(names)[:20])
 
 
 check("chat non-streaming", non_stream)
 check("chat streaming equals non-streaming", stream)
+check("usage.prompt_tokens_details.cached_tokens", cached_tokens)
 check("400 maps to BadRequestError", bad_request)
 check("401 maps to AuthenticationError", wrong_key)
 check("models.list", models)

@@ -52,6 +52,29 @@ impl ModelIdentity {
     }
 
     /// One line for logs.
+    /// What the prefix cache keys computed state by: weights, tokenizer
+    /// and template, and the adapters (none can be loaded yet; their names
+    /// and load generation go here when they can).
+    pub fn prefix_key(&self) -> crate::core::prefix::PrefixKey {
+        use std::hash::{Hash, Hasher};
+        let h = |parts: &[&str]| {
+            let mut s = std::collections::hash_map::DefaultHasher::new();
+            parts.hash(&mut s);
+            s.finish()
+        };
+        let adapters: Vec<&str> = self.adapters.iter().map(String::as_str).collect();
+        crate::core::prefix::PrefixKey {
+            model: h(&[
+                &self.weights_sha256,
+                &self.vocab_sha256,
+                &self.chat_template_sha256,
+                &self.quantization,
+            ]),
+            adapters: if adapters.is_empty() { 0 } else { h(&adapters) },
+            media: 0,
+        }
+    }
+
     pub fn summary(&self) -> String {
         format!(
             "{} {} {} weights={} vocab={} template={} ctx={} adapters={}",

@@ -81,6 +81,12 @@ pub struct EngineConfig {
     /// Operational memory budget in bytes: the KV pool (and so `max_seqs`)
     /// is sized to fit it; startup fails if the weights alone exceed it.
     pub memory_budget: Option<u64>,
+    /// Keep finished sequences' KV state in idle slots and reuse it for
+    /// prompts with the same leading tokens (see `core::prefix`).
+    pub prefix_cache: bool,
+    /// Shortest prefix shared with a *running* sequence worth copying its
+    /// whole KV stream (a cached idle slot is taken over at no copy cost).
+    pub prefix_copy_min: usize,
 }
 
 impl EngineConfig {
@@ -122,6 +128,8 @@ impl EngineConfig {
             max_tokens_limit: 4096,
             progress: false,
             memory_budget: None,
+            prefix_cache: true,
+            prefix_copy_min: 256,
         }
     }
 }
@@ -248,6 +256,7 @@ impl Engine {
                 inbox: inbox_rx,
                 stats: stats_tx,
                 queued: queued.clone(),
+                prefix_key: identity.prefix_key(),
             },
         })?;
         Ok(EngineHandle {

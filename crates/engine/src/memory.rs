@@ -138,7 +138,8 @@ impl Ledger {
         let kv_pool = s.kv_cells_total * bpc;
         let live_state = s.kv_cells_used * bpc;
         let reserved_growth = s.kv_cells_reserved * bpc;
-        let kv_free = kv_pool.saturating_sub(live_state + reserved_growth);
+        let cached_prefixes = s.kv_cells_cached * bpc;
+        let kv_free = kv_pool.saturating_sub(live_state + reserved_growth + cached_prefixes);
         let known = weights + kv_pool + s.compute_bytes;
         Ledger {
             budget,
@@ -147,7 +148,7 @@ impl Ledger {
             live_state,
             reserved_growth,
             kv_free,
-            cached_prefixes: 0,
+            cached_prefixes,
             compute_buffers: s.compute_bytes,
             other: rss.saturating_sub(known),
             rss: rss.max(known),

@@ -419,6 +419,17 @@ impl Runtime<'_> {
             .clear_kv_cache_seq(Some(slot as u32), Some(from), None);
     }
 
+    /// Copy every cell of slot `src` into slot `dst` (whose cells are
+    /// replaced). With per-slot KV streams llama.cpp copies the whole stream
+    /// buffer at the start of the next `decode`, before that step computes,
+    /// so `src` may take part in that step; with a unified pool it only
+    /// tags the cells (zero-copy).
+    pub fn copy_slot(&mut self, src: usize, dst: usize) {
+        let _ = self
+            .ctx
+            .copy_kv_cache_seq(src as i32, dst as i32, None, None);
+    }
+
     /// Highest position stored for a slot, or -1 when empty.
     pub fn slot_pos_max(&self, slot: usize) -> i32 {
         self.ctx.kv_cache_seq_pos_max(slot as i32)

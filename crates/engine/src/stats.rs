@@ -122,6 +122,16 @@ pub struct EngineStats {
     /// detokenizing, event delivery) summed over steps.
     pub step_host_ms_total: f64,
     pub prompt_budget: usize,
+    /// Prefix cache: admitted requests looked up, those that reused state,
+    /// prompt tokens reused, entries evicted, whole-stream copies, cells and
+    /// entries held now.
+    pub prefix_lookups: u64,
+    pub prefix_hits: u64,
+    pub prefix_reused_tokens: u64,
+    pub prefix_evictions: u64,
+    pub prefix_copies: u64,
+    pub kv_cells_cached: u64,
+    pub prefix_entries: usize,
     /// Every queued and admitted request, refreshed each iteration.
     pub live: Vec<LiveRequest>,
 }

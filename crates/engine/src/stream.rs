@@ -53,6 +53,8 @@ pub struct TokenLogprob {
 pub struct Finished {
     pub reason: FinishReason,
     pub prompt_tokens: u32,
+    /// Prompt tokens whose state came from the prefix cache.
+    pub cached_tokens: u32,
     pub completion_tokens: u32,
     /// Every sampled token, the end-of-generation token included.
     pub output_tokens: Vec<crate::TokenId>,

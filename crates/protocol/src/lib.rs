@@ -133,6 +133,15 @@ pub struct Usage {
     pub prompt_tokens: u32,
     pub completion_tokens: u32,
     pub total_tokens: u32,
+    /// OpenAI's `prompt_tokens_details.cached_tokens`: prompt tokens whose
+    /// state came from the prefix cache.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens_details: Option<PromptTokensDetails>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+pub struct PromptTokensDetails {
+    pub cached_tokens: u32,
 }
 
 /// Steward's per-request lifecycle, in milliseconds since arrival

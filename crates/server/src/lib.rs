@@ -432,6 +432,9 @@ fn usage(f: &Finished) -> p::Usage {
         prompt_tokens: f.prompt_tokens,
         completion_tokens: f.completion_tokens,
         total_tokens: f.prompt_tokens + f.completion_tokens,
+        prompt_tokens_details: Some(p::PromptTokensDetails {
+            cached_tokens: f.cached_tokens,
+        }),
     }
 }
 

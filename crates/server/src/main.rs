@@ -166,6 +166,15 @@ struct ServeArgs {
     /// One KV pool shared by all slots instead of a stream per slot.
     #[arg(long)]
     kv_unified: bool,
+    /// Prefix cache: keep finished requests' KV state in idle slots and
+    /// reuse it for prompts that start with the same tokens
+    /// (`--prefix-cache false` to turn it off).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    prefix_cache: bool,
+    /// Shortest prefix shared with a running request worth copying its KV
+    /// stream (a cached idle slot is reused without a copy).
+    #[arg(long, default_value_t = 256)]
+    prefix_copy_min: usize,
 }
 
 #[derive(Args)]
@@ -302,6 +311,8 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
             Some(steward_engine::memory::parse_budget(b, total).map_err(anyhow::Error::msg)?);
     }
     c.kv_unified = a.kv_unified;
+    c.prefix_cache = a.prefix_cache;
+    c.prefix_copy_min = a.prefix_copy_min;
     c.n_gpu_layers = a.model.gpu_layers;
     c.progress = true;
     let addr: SocketAddr = format!("{}:{}", a.host, a.port)

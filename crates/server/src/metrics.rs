@@ -173,7 +173,7 @@ pub fn render(e: &EngineStats, waiting: usize, h: &HttpMetrics) -> String {
         0.0
     };
     // (name, help, type, value): every engine-side metric, declared here.
-    let engine: [(&str, &str, &str, f64); 35] = [
+    let engine: [(&str, &str, &str, f64); 42] = [
         (
             "steward_draining",
             "1 while draining for shutdown",
@@ -281,6 +281,48 @@ pub fn render(e: &EngineStats, waiting: usize, h: &HttpMetrics) -> String {
             "KV cells in the pool",
             "gauge",
             e.kv_cells_total as f64,
+        ),
+        (
+            "steward_kv_cells_cached",
+            "KV cells held by the prefix cache (evictable)",
+            "gauge",
+            e.kv_cells_cached as f64,
+        ),
+        (
+            "steward_prefix_cache_entries",
+            "Idle slots whose KV state the prefix cache keeps",
+            "gauge",
+            e.prefix_entries as f64,
+        ),
+        (
+            "steward_prefix_cache_lookups_total",
+            "Admitted requests looked up in the prefix cache",
+            "counter",
+            e.prefix_lookups as f64,
+        ),
+        (
+            "steward_prefix_cache_hits_total",
+            "Admitted requests that reused cached state",
+            "counter",
+            e.prefix_hits as f64,
+        ),
+        (
+            "steward_prefix_cache_reused_tokens_total",
+            "Prompt tokens taken from the prefix cache instead of computed",
+            "counter",
+            e.prefix_reused_tokens as f64,
+        ),
+        (
+            "steward_prefix_cache_evictions_total",
+            "Prefix cache entries evicted",
+            "counter",
+            e.prefix_evictions as f64,
+        ),
+        (
+            "steward_prefix_cache_copies_total",
+            "Whole KV-stream copies made to share a running request's prefix",
+            "counter",
+            e.prefix_copies as f64,
         ),
         (
             "steward_kv_bytes_used",

@@ -657,6 +657,7 @@ async fn timings_are_monotonic_and_ledger_adds_up() {
         l["live_state"].as_u64().unwrap()
             + l["reserved_growth"].as_u64().unwrap()
             + l["kv_free"].as_u64().unwrap()
+            + l["cached_prefixes"].as_u64().unwrap()
     );
     assert!(l["weights"].as_u64().unwrap() > 50_000_000);
 }

@@ -19,6 +19,8 @@ struct Counters {
     used: Cell<u64>,
     reserved: Cell<u64>,
     permits: Cell<u64>,
+    /// Cells held by the prefix cache: evictable, but counted until evicted.
+    cached: Cell<u64>,
 }
 
 #[derive(Debug, Clone)]
@@ -49,7 +51,7 @@ impl Ledger {
     /// Reserve `cells` for a new sequence, if they fit.
     pub fn try_reserve(&self, cells: u64) -> Option<Permit> {
         let c = &self.0;
-        if c.used.get() + c.reserved.get() + cells > c.capacity.get() {
+        if c.used.get() + c.reserved.get() + c.cached.get() + cells > c.capacity.get() {
             return None;
         }
         c.reserved.set(c.reserved.get() + cells);
@@ -72,6 +74,13 @@ impl Ledger {
     }
     pub fn capacity(&self) -> u64 {
         self.0.capacity.get()
+    }
+    pub fn cached(&self) -> u64 {
+        self.0.cached.get()
+    }
+    /// The prefix cache's owner reports what it holds after every change.
+    pub fn set_cached(&self, cells: u64) {
+        self.0.cached.set(cells);
     }
 }
 
@@ -122,6 +131,17 @@ mod tests {
         assert_eq!((l.used(), l.reserved()), (65, 0));
         drop(a);
         assert_eq!((l.used(), l.reserved(), l.permits()), (0, 0, 0));
+    }
+
+    #[test]
+    fn cached_cells_count_until_evicted() {
+        let l = Ledger::new(100);
+        l.set_cached(70);
+        assert!(l.try_reserve(31).is_none(), "cached cells still count");
+        l.set_cached(60);
+        let p = l.try_reserve(40).unwrap();
+        assert_eq!(l.cached() + l.reserved(), 100);
+        drop(p);
     }
 
     #[test]

@@ -21,6 +21,11 @@ pub trait Backend {
     fn logits(&self, row: usize) -> &[f32];
     /// Release every KV cell of a slot (idempotent).
     fn clear_slot(&mut self, slot: usize);
+    /// Release a slot's cells from position `from` on (keep its prefix).
+    fn truncate_slot(&mut self, slot: usize, from: u32);
+    /// Make `dst` hold a copy of `src`'s cells (before the next step runs;
+    /// `src` is only read).
+    fn copy_slot(&mut self, src: usize, dst: usize);
 }
 
 impl Backend for Runtime<'_> {
@@ -44,5 +49,11 @@ impl Backend for Runtime<'_> {
     }
     fn clear_slot(&mut self, slot: usize) {
         Runtime::clear_slot(self, slot)
+    }
+    fn truncate_slot(&mut self, slot: usize, from: u32) {
+        Runtime::truncate_slot(self, slot, from)
+    }
+    fn copy_slot(&mut self, src: usize, dst: usize) {
+        Runtime::copy_slot(self, src, dst)
     }
 }

@@ -39,6 +39,8 @@ pub struct FakeBackend {
     pub eog_from_pos: Option<u32>,
     /// Tokens per step, for assertions.
     pub step_sizes: Vec<usize>,
+    /// Slot copies made (prefix reuse from a live sequence).
+    pub copies: usize,
 }
 
 impl FakeBackend {
@@ -103,5 +105,14 @@ impl Backend for FakeBackend {
 
     fn clear_slot(&mut self, slot: usize) {
         self.kv[slot].clear();
+    }
+
+    fn truncate_slot(&mut self, slot: usize, from: u32) {
+        self.kv[slot].truncate(from as usize);
+    }
+
+    fn copy_slot(&mut self, src: usize, dst: usize) {
+        self.kv[dst] = self.kv[src].clone();
+        self.copies += 1;
     }
 }

@@ -17,6 +17,7 @@ pub mod admission;
 pub mod backend;
 #[cfg(test)]
 mod fake;
+pub mod prefix;
 pub mod sampler;
 pub mod scheduler;
 mod sequence;
@@ -34,6 +35,7 @@ use crate::stream::{Event, GenerationError};
 use crate::{Command, EngineConfig, GenerateRequest};
 use admission::{Ledger, StateModel};
 use backend::Backend;
+use prefix::{PrefixCache, PrefixKey, Reuse};
 use scheduler::{SeqView, StepCostModel, StepLimits};
 use sequence::{Outcome, SeqLimits, Sequence};
 
@@ -54,6 +56,7 @@ pub(crate) struct OwnerParts {
     pub inbox: mpsc::Receiver<Command>,
     pub stats: watch::Sender<EngineStats>,
     pub queued: Arc<AtomicUsize>,
+    pub prefix_key: PrefixKey,
 }
 
 pub(crate) fn spawn(args: OwnerArgs) -> Result<(), LoadError> {
@@ -189,6 +192,10 @@ pub(crate) struct Owner<B: Backend> {
     pressure_checked: Instant,
     /// Duration and tokens of this iteration's step, for the one publish.
     last_step: Option<(f64, usize)>,
+    cache: PrefixCache,
+    prefix_key: PrefixKey,
+    /// Whole-stream copies submitted this iteration (timed with the step).
+    copies_pending: usize,
 }
 
 impl<B: Backend> Owner<B> {
@@ -225,6 +232,13 @@ impl<B: Backend> Owner<B> {
             pressure: false,
             pressure_checked: Instant::now(),
             last_step: None,
+            // Recurrent state cannot be truncated to a prefix: no cache.
+            cache: PrefixCache::new(
+                c.prefix_cache && state_model == StateModel::PerToken,
+                c.prefix_copy_min,
+            ),
+            prefix_key: args.prefix_key,
+            copies_pending: 0,
             config: c,
         }
     }
@@ -468,19 +482,74 @@ impl<B: Backend> Owner<B> {
             budget -= 1;
             let r = &w.sub.req;
             let need = admission::cells_needed(self.state_model, r.prompt.len(), r.max_tokens);
-            if self.free_slots.is_empty() {
+            if self.free_slots.is_empty() && self.cache.len() == 0 {
                 break;
             }
-            let Some(permit) = self.ledger.try_reserve(need) else {
+            // Prompt scoring needs logits for every prompt token: no reuse.
+            let eligible = self.cache.enabled && !r.prompt_logprobs;
+            let reuse = if eligible {
+                let live = self.seqs.iter().map(|s| (s.slot, s.computed_prompt()));
+                let busy: Vec<usize> = self.seqs.iter().map(|s| s.slot).collect();
+                self.cache
+                    .lookup(self.prefix_key, &r.prompt, live, |s| fragments(&busy, s))
+            } else {
+                None
+            };
+            // A takeover's cells become the new sequence's: out of the cache
+            // (and its ledger count) before reserving.
+            let taken = match reuse {
+                Some(Reuse::Takeover { slot, .. }) => self.cache.take(slot),
+                _ => None,
+            };
+            self.ledger.set_cached(self.cache.cells());
+            let permit = loop {
+                if let Some(p) = self.ledger.try_reserve(need) {
+                    break Some(p);
+                }
+                match self.cache.lru_slot() {
+                    Some(s) => self.evict(s),
+                    None => break None,
+                }
+            };
+            let Some(permit) = permit else {
+                if let Some(e) = taken {
+                    self.cache.insert(e);
+                    self.ledger.set_cached(self.cache.cells());
+                }
                 break;
             };
             let Some(w) = self.waiting.pop_front() else {
                 break;
             };
-            let Some(slot) = self.free_slots.pop() else {
-                break;
+            let (slot, reused) = match (reuse, taken) {
+                (Some(Reuse::Takeover { len, .. }), Some(e)) => {
+                    self.rt.truncate_slot(e.slot, len as u32);
+                    (e.slot, len)
+                }
+                (Some(Reuse::Copy { src_slot, len }), _) => {
+                    let Some(dst) = self.take_slot() else {
+                        break;
+                    };
+                    self.rt.copy_slot(src_slot, dst);
+                    self.rt.truncate_slot(dst, len as u32);
+                    self.copies_pending += 1;
+                    (dst, len)
+                }
+                _ => match self.take_slot() {
+                    Some(s) => (s, 0),
+                    None => break,
+                },
             };
             self.dequeue();
+            if eligible {
+                self.stats.send_modify(|s| {
+                    s.prefix_lookups += 1;
+                    if reused > 0 {
+                        s.prefix_hits += 1;
+                        s.prefix_reused_tokens += reused as u64;
+                    }
+                });
+            }
             self.next_key += 1;
             let waited = w.enqueued.elapsed().as_secs_f64() * 1e3;
             self.stats.send_modify(|s| s.queue_wait_ms.observe(waited));
@@ -489,8 +558,8 @@ impl<B: Backend> Owner<B> {
                 ctx_limit: self.ctx_limit,
                 max_lag_tokens: self.config.max_lag_tokens,
             };
-            let seq = Sequence::new(self.next_key, slot, w.sub, limits, permit);
-            tracing::debug!(request_id = %seq.id, slot, prompt = seq.prompt.len(), "admitted");
+            let seq = Sequence::new(self.next_key, slot, w.sub, limits, permit, reused);
+            tracing::debug!(request_id = %seq.id, slot, prompt = seq.prompt.len(), reused = seq.reused, "admitted");
             self.seqs.push(seq);
         }
     }
@@ -569,6 +638,10 @@ impl<B: Backend> Owner<B> {
             return;
         }
         let n_prompt: usize = plan.chunks.iter().map(|c| c.len).sum();
+        let copies = std::mem::take(&mut self.copies_pending) as u64;
+        if copies > 0 {
+            self.stats.send_modify(|s| s.prefix_copies += copies);
+        }
         for c in &plan.chunks {
             if let Some(seq) = self.seqs.iter_mut().find(|s| s.key == c.key) {
                 seq.chunk_done(c);
@@ -628,11 +701,27 @@ impl<B: Backend> Owner<B> {
     /// (the step that used them has completed), return the slot, drop the
     /// permit (releasing its reservation), queue its terminal event.
     fn retire(&mut self, mut seq: Sequence, outcome: Option<Outcome>) {
-        self.rt.clear_slot(seq.slot);
-        // Lowest slot first (`pop` takes the smallest): busy slots stay
-        // contiguous, see `step`.
-        self.free_slots.push(seq.slot);
-        self.free_slots.sort_unstable_by(|a, b| b.cmp(a));
+        // Finished or cancelled between steps, the slot's cells are sound:
+        // the prefix cache keeps them. A failed step's cells are not.
+        let sound = !matches!(outcome, Some(Outcome::Failed(_)));
+        let tokens = if sound && self.cache.enabled {
+            seq.kv_tokens()
+        } else {
+            Vec::new()
+        };
+        if tokens.is_empty() {
+            self.rt.clear_slot(seq.slot);
+            self.free_slot(seq.slot);
+        } else {
+            self.rt.truncate_slot(seq.slot, tokens.len() as u32);
+            self.cache.insert(prefix::Entry {
+                slot: seq.slot,
+                key: self.prefix_key,
+                tokens,
+                last_used: self.next_key,
+            });
+            self.ledger.set_cached(self.cache.cells());
+        }
         let Some(outcome) = outcome else {
             return; // cancelled: nobody to tell; `seq` (and its permit) drop here.
         };
@@ -653,6 +742,42 @@ impl<B: Backend> Owner<B> {
         if flush(&mut d) {
             self.draining.push(d);
         }
+    }
+
+    /// Return an empty slot. Lowest first (`pop` takes the smallest): busy
+    /// slots stay contiguous, see `step`.
+    fn free_slot(&mut self, slot: usize) {
+        self.free_slots.push(slot);
+        self.free_slots.sort_unstable_by(|a, b| b.cmp(a));
+    }
+
+    /// Drop a cached entry's cells; its slot becomes free.
+    fn evict(&mut self, slot: usize) {
+        if self.cache.take(slot).is_some() {
+            self.rt.clear_slot(slot);
+            self.free_slot(slot);
+            self.ledger.set_cached(self.cache.cells());
+            self.stats.send_modify(|s| s.prefix_evictions += 1);
+        }
+    }
+
+    /// An empty slot for a new sequence, free or only cached (that entry is
+    /// evicted). Busy slots stay contiguous first (see `fragments`), then a
+    /// free slot beats a cached one, then the lowest, then the LRU entry.
+    fn take_slot(&mut self) -> Option<usize> {
+        let busy: Vec<usize> = self.seqs.iter().map(|s| s.slot).collect();
+        let best = self
+            .free_slots
+            .iter()
+            .map(|&s| (fragments(&busy, s), false, s))
+            .chain(self.cache.slots().map(|s| (fragments(&busy, s), true, s)))
+            .min()?;
+        let (_, cached, slot) = best;
+        if cached {
+            self.evict(slot);
+        }
+        let i = self.free_slots.iter().position(|&s| s == slot)?;
+        Some(self.free_slots.remove(i))
     }
 
     fn flush_draining(&mut self) {
@@ -678,6 +803,7 @@ impl<B: Backend> Owner<B> {
             .filter(|s| s.paused_since.is_some())
             .count();
         let outboxes = self.seqs.len() + self.draining.len() + self.waiting.len();
+        let (cached_cells, cached_entries) = (self.cache.cells(), self.cache.len());
         let live: Vec<crate::stats::LiveRequest> = self
             .waiting
             .iter()
@@ -710,6 +836,8 @@ impl<B: Backend> Owner<B> {
             s.prompt_budget = budget;
             s.paused = paused;
             s.live_outboxes = outboxes;
+            s.kv_cells_cached = cached_cells;
+            s.prefix_entries = cached_entries;
             let live_changed = s.live.len() != live.len()
                 || s.live
                     .iter()
@@ -746,6 +874,16 @@ impl<B: Backend> Owner<B> {
         self.stats.send_modify(|s| s.stopped = true);
         tracing::info!("engine stopped");
     }
+}
+
+/// Whether running a sequence in `slot` adds a run of consecutive busy
+/// slots. With per-slot KV streams llama.cpp makes one pass over the weights
+/// per run every step (see `Owner::step`).
+fn fragments(busy: &[usize], slot: usize) -> bool {
+    !busy.is_empty()
+        && !busy
+            .iter()
+            .any(|&b| b + 1 == slot || slot + 1 == b || b == slot)
 }
 
 /// Try to deliver queued events; true while some remain (and the client is

@@ -46,6 +46,8 @@ pub(super) struct Sequence {
     pub slot: usize,
     pub prompt: Vec<TokenId>,
     computed: usize,
+    /// Prompt tokens taken from the prefix cache (not computed here).
+    pub reused: usize,
     pending: Option<TokenId>,
     generated: u32,
     output: Vec<TokenId>,
@@ -76,9 +78,19 @@ pub(super) struct Sequence {
 }
 
 impl Sequence {
-    pub fn new(key: u64, slot: usize, sub: Submission, limits: SeqLimits, permit: Permit) -> Self {
+    /// `reused`: prompt tokens already in the slot's cells (prefix cache).
+    pub fn new(
+        key: u64,
+        slot: usize,
+        sub: Submission,
+        limits: SeqLimits,
+        mut permit: Permit,
+        reused: usize,
+    ) -> Self {
         let r = sub.req;
         let ctx_limit = limits.ctx_limit;
+        let reused = reused.min(r.prompt.len().saturating_sub(1));
+        permit.consume(reused as u64);
         Sequence {
             key,
             id: r.id,
@@ -86,7 +98,8 @@ impl Sequence {
             sampler: Sampler::new(r.sampling, &r.prompt),
             detok: StreamDetokenizer::new(r.stop),
             prompt: r.prompt,
-            computed: 0,
+            computed: reused,
+            reused,
             pending: None,
             generated: 0,
             output: Vec::new(),
@@ -172,6 +185,20 @@ impl Sequence {
     /// Tokens stored in the slot's KV cells.
     pub fn n_past(&self) -> u32 {
         self.computed as u32 + self.generated.saturating_sub(1)
+    }
+
+    /// The prompt tokens in the slot's KV cells.
+    pub fn computed_prompt(&self) -> &[TokenId] {
+        &self.prompt[..self.computed]
+    }
+
+    /// Every token in the slot's KV cells, positions 0.. (what the prefix
+    /// cache keeps when the sequence ends).
+    pub fn kv_tokens(&self) -> Vec<TokenId> {
+        let mut t = self.prompt[..self.computed].to_vec();
+        let decoded = (self.generated.saturating_sub(1) as usize).min(self.output.len());
+        t.extend_from_slice(&self.output[..decoded]);
+        t
     }
 
     pub fn push_decode(&mut self, rt: &mut impl Backend) -> Result<usize, StepError> {
@@ -328,6 +355,7 @@ impl Sequence {
         events.push_back(Event::Done(Finished {
             reason,
             prompt_tokens: self.prompt.len() as u32,
+            cached_tokens: self.reused as u32,
             completion_tokens: self.generated,
             output_tokens: std::mem::take(&mut self.output),
             prompt_logprobs: self.prompt_lp.take(),

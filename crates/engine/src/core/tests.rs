@@ -11,6 +11,7 @@ use tokio::sync::{mpsc, watch};
 use super::admission::StateModel;
 use super::fake::{self, FakeBackend};
 use super::*;
+use crate::model::TokenId;
 use crate::stream::{Event, FinishReason, GenerationError};
 use crate::{Command, EngineConfig, GenerateRequest, SamplingParams};
 
@@ -29,6 +30,9 @@ fn config(slots: usize, budget: usize) -> EngineConfig {
     c.max_prefill_seqs = 4;
     c.max_decode_seqs = slots;
     c.max_waiting = 8;
+    // Most tests check that every cell is released; the prefix cache keeps
+    // cells on purpose and has its own tests below.
+    c.prefix_cache = false;
     c
 }
 
@@ -42,6 +46,10 @@ fn harness(c: EngineConfig) -> Harness {
         inbox: rx,
         stats: stats_tx,
         queued: queued.clone(),
+        prefix_key: PrefixKey {
+            model: 7,
+            ..Default::default()
+        },
     };
     let owner = Owner::new(
         FakeBackend::new(slots),
@@ -82,10 +90,32 @@ impl Harness {
         deadline: Option<Instant>,
         id: &str,
     ) -> mpsc::Receiver<Event> {
+        let prompt = (1..=prompt_len as i32).map(|t| t % 60 + 1).collect();
+        self.submit_req(prompt, max_tokens, stop, deadline, id, false)
+    }
+
+    fn submit_tokens(
+        &mut self,
+        prompt: &[TokenId],
+        max_tokens: u32,
+        id: &str,
+    ) -> mpsc::Receiver<Event> {
+        self.submit_req(prompt.to_vec(), max_tokens, &[], None, id, false)
+    }
+
+    fn submit_req(
+        &mut self,
+        prompt: Vec<TokenId>,
+        max_tokens: u32,
+        stop: &[&str],
+        deadline: Option<Instant>,
+        id: &str,
+        prompt_logprobs: bool,
+    ) -> mpsc::Receiver<Event> {
         let (otx, orx) = mpsc::channel(4096);
         let req = GenerateRequest {
             id: id.to_string(),
-            prompt: (1..=prompt_len as i32).map(|t| t % 60 + 1).collect(),
+            prompt,
             max_tokens,
             sampling: SamplingParams {
                 temperature: 0.0,
@@ -94,7 +124,7 @@ impl Harness {
             stop: stop.iter().map(|s| s.to_string()).collect(),
             ignore_eos: false,
             logprobs: None,
-            prompt_logprobs: false,
+            prompt_logprobs,
             arrival: Instant::now(),
             tokenized: Instant::now(),
             deadline,
@@ -548,4 +578,170 @@ fn slow_reader_is_paused_then_bounded_then_ended() {
     );
     h.run_idle();
     h.assert_released();
+}
+
+// ---- prefix cache -------------------------------------------------------
+
+fn cached_config(slots: usize) -> EngineConfig {
+    let mut c = config(slots, 16);
+    c.prefix_cache = true;
+    c.prefix_copy_min = 8;
+    c
+}
+
+impl Harness {
+    /// Idle with the prefix cache on: nothing live, every slot free or
+    /// cached, a cached slot's cells are exactly its entry's tokens, free
+    /// slots hold nothing, and the ledger counts the cached cells.
+    fn assert_idle_cached(&self) {
+        let st = self.stats.borrow().clone();
+        assert_eq!(st.live_outboxes, 0, "outboxes");
+        let l = &self.owner.ledger;
+        assert_eq!((l.permits(), l.used(), l.reserved()), (0, 0, 0), "ledger");
+        let cache = &self.owner.cache;
+        assert_eq!(
+            self.owner.free_slots.len() + cache.len(),
+            self.owner.config.max_seqs,
+            "slots"
+        );
+        for e in cache.entries() {
+            assert_eq!(self.owner.rt.kv[e.slot], e.tokens, "slot {}", e.slot);
+        }
+        for &s in &self.owner.free_slots {
+            assert!(self.owner.rt.kv[s].is_empty(), "free slot {s} holds cells");
+        }
+        assert_eq!(l.cached(), cache.cells());
+        assert_eq!(st.kv_cells_cached, cache.cells());
+    }
+}
+
+fn prompt(first: TokenId, len: usize) -> Vec<TokenId> {
+    (0..len as i32).map(|i| (first + i) % 60 + 1).collect()
+}
+
+#[test]
+fn a_repeated_prompt_reuses_all_but_its_last_token_with_the_same_output() {
+    let p = prompt(3, 40);
+    // Reference: the cache off.
+    let mut h = harness(config(2, 16));
+    let mut rx = h.submit_tokens(&p, 6, "ref");
+    h.run_idle();
+    let want = done(&events(&mut rx)).output_tokens.clone();
+
+    let mut h = harness(cached_config(2));
+    let mut a = h.submit_tokens(&p, 6, "a");
+    h.run_idle();
+    assert_eq!(done(&events(&mut a)).cached_tokens, 0);
+    h.assert_idle_cached();
+    // The finished sequence's prompt and decoded output stay cached.
+    assert_eq!(h.owner.cache.cells(), 40 + 5);
+    let steps_before = h.owner.rt.step_sizes.len();
+    let mut b = h.submit_tokens(&p, 6, "b");
+    h.run_idle();
+    let ev = events(&mut b);
+    let f = done(&ev);
+    assert_eq!(f.cached_tokens, 39);
+    assert_eq!(f.output_tokens, want, "same output as without the cache");
+    // One prompt token computed, not 40 (first step of b holds 1 token).
+    assert_eq!(h.owner.rt.step_sizes[steps_before], 1);
+    let st = h.stats.borrow().clone();
+    assert_eq!(
+        (st.prefix_lookups, st.prefix_hits, st.prefix_reused_tokens),
+        (2, 1, 39)
+    );
+    h.assert_idle_cached();
+}
+
+#[test]
+fn a_different_first_token_or_prompt_scoring_reuses_nothing() {
+    let mut h = harness(cached_config(2));
+    let mut a = h.submit_tokens(&prompt(3, 30), 4, "a");
+    h.run_idle();
+    events(&mut a);
+    // Same tokens after a different first token: no match.
+    let mut other = prompt(3, 30);
+    other[0] = 59;
+    let mut b = h.submit_tokens(&other, 4, "b");
+    h.run_idle();
+    assert_eq!(done(&events(&mut b)).cached_tokens, 0);
+    // Prompt scoring needs every prompt token's logits: never reuses.
+    let mut c = h.submit_req(prompt(3, 30), 0, &[], None, "c", true);
+    h.run_idle();
+    let ev = events(&mut c);
+    assert_eq!(done(&ev).cached_tokens, 0);
+    assert_eq!(done(&ev).prompt_logprobs.as_ref().map(Vec::len), Some(29));
+    h.assert_idle_cached();
+}
+
+#[test]
+fn a_cancelled_sequence_donates_its_cells_and_a_failed_one_does_not() {
+    let mut h = harness(cached_config(2));
+    let a = h.submit_tokens(&prompt(5, 48), 50, "a");
+    h.ticks(2); // two 16-token chunks computed
+    drop(a);
+    h.run_idle();
+    assert_eq!(h.owner.cache.cells(), 32, "the computed part of the prompt");
+    h.assert_idle_cached();
+    let mut b = h.submit_tokens(&prompt(5, 48), 2, "b");
+    h.run_idle();
+    assert_eq!(done(&events(&mut b)).cached_tokens, 32);
+    // A failed step: the slot is cleared, not cached.
+    let mut h = harness(cached_config(1));
+    let mut c = h.submit_tokens(&prompt(9, 20), 10, "c");
+    h.ticks(2);
+    h.owner.rt.fail_next = true;
+    h.ticks(1);
+    events(&mut c);
+    assert_eq!(h.owner.cache.len(), 0);
+    h.assert_idle_cached();
+}
+
+#[test]
+fn entries_are_evicted_lru_when_slots_or_cells_are_needed() {
+    let mut c = cached_config(2);
+    c.ctx_per_seq = 64; // ledger: 128 cells
+    let mut h = harness(c);
+    for (i, first) in [3, 20].into_iter().enumerate() {
+        let mut rx = h.submit_tokens(&prompt(first, 30), 2, &format!("f{i}"));
+        h.run_idle();
+        events(&mut rx);
+    }
+    assert_eq!(h.owner.cache.len(), 2);
+    // A new prompt that matches neither needs a slot: one entry goes.
+    let mut rx = h.submit_tokens(&prompt(40, 10), 2, "n");
+    h.run_idle();
+    events(&mut rx);
+    assert_eq!(h.stats.borrow().prefix_evictions, 1);
+    h.assert_idle_cached();
+    // A request needing more cells than are uncached evicts until it fits.
+    let mut rx = h.submit_tokens(&prompt(50, 60), 60, "big");
+    h.run_idle();
+    assert_eq!(done(&events(&mut rx)).completion_tokens, 60);
+    assert!(h.stats.borrow().prefix_evictions >= 2);
+    h.assert_idle_cached();
+}
+
+#[test]
+fn a_long_prefix_of_a_running_sequence_is_copied_not_recomputed() {
+    let mut h = harness(cached_config(3));
+    let shared = prompt(7, 32);
+    let mut a_prompt = shared.clone();
+    a_prompt.extend([1, 2, 3]);
+    let mut a = h.submit_tokens(&a_prompt, 30, "a");
+    h.ticks(4); // a's prompt is computed and it decodes
+    let mut b_prompt = shared.clone();
+    b_prompt.extend([9, 9]);
+    let mut b = h.submit_tokens(&b_prompt, 3, "b");
+    h.run_idle();
+    assert_eq!(h.owner.rt.copies, 1);
+    let fb = done(&events(&mut b)).clone();
+    assert_eq!(fb.cached_tokens, 32);
+    events(&mut a);
+    // Same output as computing b alone.
+    let mut h2 = harness(config(1, 16));
+    let mut r = h2.submit_tokens(&b_prompt, 3, "solo");
+    h2.run_idle();
+    assert_eq!(done(&events(&mut r)).output_tokens, fb.output_tokens);
+    assert_eq!(h.stats.borrow().prefix_copies, 1);
+    h.assert_idle_cached();
 }

@@ -1,0 +1,304 @@
+//! The prefix cache: computed KV state kept after its sequence ends, reused
+//! by later requests whose prompts start with the same tokens.
+//!
+//! Layout. Each slot owns one KV stream (per-slot streams measured 2.2×
+//! faster than llama.cpp's unified pool at 32 streams, docs/BENCHMARKS.md),
+//! so a cache entry *is* a slot: an idle slot whose cells still hold the
+//! tokens of the sequence that last ran there. There are at most
+//! `max_seqs` entries, so a lookup is a scan of common prefixes, not a trie.
+//!
+//! Reuse, in order of preference:
+//! 1. **Takeover** (zero-copy): a new request takes the cached slot with the
+//!    longest common prefix; the slot is truncated after it and the request
+//!    computes only the rest.
+//! 2. **Copy** from a live sequence (whose cells must never change under
+//!    it): llama.cpp copies a whole stream between slots, a fixed cost per
+//!    copy (measured in docs/BENCHMARKS.md), so it is done only for a shared
+//!    prefix of at least `copy_min` tokens.
+//!
+//! Keyed by identity: an entry records the `PrefixKey` it was computed
+//! under (model identity, adapters and their load generation, media
+//! inputs); a lookup under any other key never matches. Positions are
+//! always 0..n: a prefix matches only from the first token, exact token IDs.
+//!
+//! The cache owns its entries' cells: it is the only code that truncates,
+//! copies or evicts them, and the ledger counts them as `cached`. An entry
+//! is removed (taken over or evicted) before its slot is used again.
+
+use crate::model::TokenId;
+
+/// What a prefix was computed under. Reuse requires equality.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct PrefixKey {
+    /// Hash of the model identity (weights hash, tokenizer, template).
+    pub model: u64,
+    /// Hash of the loaded adapters and their load generation (0: none).
+    pub adapters: u64,
+    /// Hash of multimodal inputs (0: text only).
+    pub media: u64,
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct Entry {
+    pub slot: usize,
+    pub key: PrefixKey,
+    /// The tokens whose KV the slot holds, positions 0..len.
+    pub tokens: Vec<TokenId>,
+    /// Owner tick of the last insertion or hit (LRU).
+    pub last_used: u64,
+}
+
+/// How a new request can reuse computed state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Reuse {
+    /// Take over a cached slot; keep its first `len` tokens.
+    Takeover { slot: usize, len: usize },
+    /// Copy a live sequence's slot, keep the first `len` tokens.
+    Copy { src_slot: usize, len: usize },
+}
+
+#[derive(Debug, Default)]
+pub(super) struct PrefixCache {
+    entries: Vec<Entry>,
+    pub enabled: bool,
+    /// Shortest shared prefix worth a whole-stream copy.
+    pub copy_min: usize,
+}
+
+/// Length of the common prefix of two token sequences.
+pub(super) fn common_prefix(a: &[TokenId], b: &[TokenId]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+impl PrefixCache {
+    pub fn new(enabled: bool, copy_min: usize) -> Self {
+        PrefixCache {
+            entries: Vec::new(),
+            enabled,
+            copy_min: copy_min.max(1),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Cells held by cached entries.
+    pub fn cells(&self) -> u64 {
+        self.entries.iter().map(|e| e.tokens.len() as u64).sum()
+    }
+
+    pub fn slots(&self) -> impl Iterator<Item = usize> + '_ {
+        self.entries.iter().map(|e| e.slot)
+    }
+
+    pub fn contains_slot(&self, slot: usize) -> bool {
+        self.entries.iter().any(|e| e.slot == slot)
+    }
+
+    /// Best reuse for `prompt` under `key`. At least the prompt's last token
+    /// is always computed (its logits give the first sampled token).
+    /// `live`: (slot, computed prompt tokens) of admitted sequences.
+    /// `fragments(slot)`: running a sequence in `slot` would split the busy
+    /// slots into one more run (llama.cpp then makes one more pass over the
+    /// weights every step, for the sequence's whole life: far dearer than
+    /// recomputing a short prefix). Such a takeover is taken only as a copy
+    /// source, and only for a prefix worth a copy.
+    pub fn lookup<'a>(
+        &self,
+        key: PrefixKey,
+        prompt: &[TokenId],
+        live: impl Iterator<Item = (usize, &'a [TokenId])>,
+        fragments: impl Fn(usize) -> bool,
+    ) -> Option<Reuse> {
+        if !self.enabled || prompt.len() < 2 {
+            return None;
+        }
+        let cap = prompt.len() - 1;
+        // Longest match; among equals the lowest slot.
+        let longest = |it: &mut dyn Iterator<Item = (usize, usize)>| {
+            it.filter(|&(len, _)| len > 0)
+                .max_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)))
+        };
+        let matches: Vec<(usize, usize)> = self
+            .entries
+            .iter()
+            .filter(|e| e.key == key)
+            .map(|e| (common_prefix(&e.tokens, prompt).min(cap), e.slot))
+            .collect();
+        let takeover = longest(&mut matches.iter().copied().filter(|&(_, s)| !fragments(s)));
+        let copy = longest(
+            &mut matches
+                .iter()
+                .copied()
+                .chain(live.map(|(slot, toks)| (common_prefix(toks, prompt).min(cap), slot))),
+        )
+        .filter(|&(len, _)| len >= self.copy_min);
+        match (takeover, copy) {
+            (Some((len, _)), Some((clen, src))) if clen > len + self.copy_min => {
+                Some(Reuse::Copy {
+                    src_slot: src,
+                    len: clen,
+                })
+            }
+            (Some((len, slot)), _) => Some(Reuse::Takeover { slot, len }),
+            (None, Some((len, src))) => Some(Reuse::Copy { src_slot: src, len }),
+            (None, None) => None,
+        }
+    }
+
+    /// Remove and return the entry in `slot` (taken over or evicted).
+    pub fn take(&mut self, slot: usize) -> Option<Entry> {
+        let i = self.entries.iter().position(|e| e.slot == slot)?;
+        Some(self.entries.swap_remove(i))
+    }
+
+    /// The least recently used entry's slot.
+    pub fn lru_slot(&self) -> Option<usize> {
+        self.entries
+            .iter()
+            .min_by_key(|e| (e.last_used, e.slot))
+            .map(|e| e.slot)
+    }
+
+    pub fn insert(&mut self, e: Entry) {
+        debug_assert!(!self.contains_slot(e.slot));
+        self.entries.push(e);
+    }
+
+    #[cfg(test)]
+    pub fn entries(&self) -> &[Entry] {
+        &self.entries
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(m: u64) -> PrefixKey {
+        PrefixKey {
+            model: m,
+            ..Default::default()
+        }
+    }
+
+    fn cache_with(entries: &[(usize, u64, &[TokenId])]) -> PrefixCache {
+        let mut c = PrefixCache::new(true, 8);
+        for (i, &(slot, m, toks)) in entries.iter().enumerate() {
+            c.insert(Entry {
+                slot,
+                key: key(m),
+                tokens: toks.to_vec(),
+                last_used: i as u64,
+            });
+        }
+        c
+    }
+
+    #[test]
+    fn longest_match_wins_and_the_last_prompt_token_is_always_computed() {
+        let c = cache_with(&[(3, 1, &[1, 2, 3]), (5, 1, &[1, 2, 3, 4, 5, 6])]);
+        let none = std::iter::empty();
+        assert_eq!(
+            c.lookup(key(1), &[1, 2, 3, 4, 9], none, |_| false),
+            Some(Reuse::Takeover { slot: 5, len: 4 })
+        );
+        // The whole prompt is cached: all but its last token are reused
+        // (both entries give 3; the lower slot wins the tie).
+        assert_eq!(
+            c.lookup(key(1), &[1, 2, 3, 4], std::iter::empty(), |_| false),
+            Some(Reuse::Takeover { slot: 3, len: 3 })
+        );
+        assert_eq!(
+            c.lookup(key(1), &[1, 2, 3, 4, 5, 6, 7], std::iter::empty(), |_| {
+                false
+            }),
+            Some(Reuse::Takeover { slot: 5, len: 6 })
+        );
+    }
+
+    #[test]
+    fn other_identity_or_other_preceding_context_never_matches() {
+        let c = cache_with(&[(0, 1, &[1, 2, 3, 4, 5])]);
+        assert_eq!(
+            c.lookup(key(2), &[1, 2, 3, 4, 5, 6], std::iter::empty(), |_| false),
+            None
+        );
+        // Same suffix under a different first token: no match.
+        assert_eq!(
+            c.lookup(key(1), &[9, 2, 3, 4, 5, 6], std::iter::empty(), |_| false),
+            None
+        );
+    }
+
+    #[test]
+    fn ties_prefer_the_lowest_slot_and_lru_is_the_oldest() {
+        let c = cache_with(&[(7, 1, &[1, 2, 8]), (2, 1, &[1, 2, 9])]);
+        assert_eq!(
+            c.lookup(key(1), &[1, 2, 5], std::iter::empty(), |_| false),
+            Some(Reuse::Takeover { slot: 2, len: 2 })
+        );
+        assert_eq!(c.lru_slot(), Some(7));
+    }
+
+    #[test]
+    fn copies_only_long_shared_prefixes_of_live_sequences() {
+        let c = cache_with(&[(0, 1, &[1, 2])]);
+        let long: Vec<TokenId> = (1..40).collect();
+        let mut prompt = long.clone();
+        prompt.push(99);
+        let live = [(4usize, long.as_slice())];
+        assert_eq!(
+            c.lookup(key(1), &prompt, live.iter().map(|(s, t)| (*s, *t)), |_| {
+                false
+            }),
+            Some(Reuse::Copy {
+                src_slot: 4,
+                len: 39
+            })
+        );
+        // Shorter than copy_min: only the cached takeover.
+        let live = [(4usize, &long[..5])];
+        assert_eq!(
+            c.lookup(key(1), &prompt, live.iter().map(|(s, t)| (*s, *t)), |_| {
+                false
+            }),
+            Some(Reuse::Takeover { slot: 0, len: 2 })
+        );
+    }
+
+    #[test]
+    fn a_fragmenting_takeover_becomes_a_copy_or_nothing() {
+        let long: Vec<TokenId> = (1..40).collect();
+        let c = cache_with(&[(9, 1, &long)]);
+        let mut prompt = long.clone();
+        prompt.push(99);
+        // Slot 9 would split the busy slots: copy it (long prefix)...
+        assert_eq!(
+            c.lookup(key(1), &prompt, std::iter::empty(), |s| s == 9),
+            Some(Reuse::Copy {
+                src_slot: 9,
+                len: 39
+            })
+        );
+        // ...or, for a short one, reuse nothing.
+        assert_eq!(
+            c.lookup(key(1), &[1, 2, 3, 7], std::iter::empty(), |s| s == 9),
+            None
+        );
+    }
+
+    #[test]
+    fn disabled_cache_finds_nothing() {
+        let mut c = cache_with(&[(0, 1, &[1, 2, 3])]);
+        c.enabled = false;
+        assert_eq!(
+            c.lookup(key(1), &[1, 2, 3, 4], std::iter::empty(), |_| false),
+            None
+        );
+        assert_eq!(c.cells(), 3);
+        assert_eq!(c.take(0).map(|e| e.tokens.len()), Some(3));
+        assert_eq!(c.len(), 0);
+    }
+}
