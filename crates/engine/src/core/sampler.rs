@@ -83,14 +83,27 @@ impl Rng {
 }
 
 /// Index of the largest logit (lowest index on ties): greedy decoding.
+/// Index of the largest logit, the lowest index on ties (NaN never wins).
+/// Two passes that vectorize: the maximum over 16 lanes, then its first
+/// position (a per-element branch on the index does not vectorize; this is
+/// the whole of greedy sampling, every token).
 pub fn argmax(l: &[f32]) -> TokenId {
-    let mut best = 0;
-    for (i, v) in l.iter().enumerate() {
-        if *v > l[best] {
-            best = i;
+    const W: usize = 16;
+    let mut lanes = [f32::NEG_INFINITY; W];
+    let chunks = l.chunks_exact(W);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for i in 0..W {
+            lanes[i] = if c[i] > lanes[i] { c[i] } else { lanes[i] };
         }
     }
-    best as TokenId
+    let mut max = f32::NEG_INFINITY;
+    for &x in lanes.iter().chain(rest) {
+        if x > max {
+            max = x;
+        }
+    }
+    l.iter().position(|&x| x == max).unwrap_or(0) as TokenId
 }
 
 /// Log-softmax of `logits` at `token`, and the `top_n` most likely tokens.
@@ -195,6 +208,12 @@ impl Sampler {
         };
         // Greedy: argmax, lowest index on ties.
         if self.p.temperature <= 1e-6 || self.p.top_k == 1 {
+            if !pen {
+                let best = argmax(logits);
+                if !banned.contains(&best) {
+                    return best;
+                }
+            }
             let mut best = 0usize;
             let mut best_v = f32::NEG_INFINITY;
             for i in 0..logits.len() {
@@ -283,6 +302,26 @@ mod tests {
         l[3] = 5.0;
         l[7] = 5.0;
         assert_eq!(s.sample(&l, &[]), 3);
+        // Banned best (ignore_eos): the next best, lowest index on ties.
+        assert_eq!(s.sample(&l, &[3]), 7);
+    }
+
+    #[test]
+    fn argmax_matches_a_plain_scan_at_every_length() {
+        let plain = |l: &[f32]| {
+            let mut b = 0;
+            for (i, v) in l.iter().enumerate() {
+                if *v > l[b] {
+                    b = i;
+                }
+            }
+            b as TokenId
+        };
+        for n in [1, 15, 16, 17, 33, 100, 49_152] {
+            let l: Vec<f32> = (0..n).map(|i| ((i * 7919) % 1009) as f32 * 0.5).collect();
+            assert_eq!(argmax(&l), plain(&l), "n = {n}");
+        }
+        assert_eq!(argmax(&[1.0, f32::NAN, 3.0, 3.0]), 2);
     }
 
     #[test]
