@@ -38,5 +38,5 @@ if [ -n "${VLLM_URL:-}" ]; then
   args+=(--url "$VLLM_URL" --name vllm-bf16)
 fi
 $bin/steward-bench compare "${args[@]}" --workload uniform-128 --ignore-eos \
-  --levels "${LEVELS:-1,4,16,32}" --per-client 2 --settle-s 5 \
+  --levels "${LEVELS:-1,4,16,32}" --per-client "${PER_CLIENT:-3}" --settle-s 5 \
   --out "$out/compare.json" --html "$out/compare.html" 2>"$out/bench.log"

@@ -44,6 +44,6 @@ echo "== throughput: uniform-128 (~150-token prompts, 128 tokens each), 2 conver
 "$LLAMA_SERVER" -m "$model" --port 8402 -t 2 -tb 2 -np 32 -c 32768 >"$out/llama-server-tput.log" 2>&1 & l_pid=$!
 wait_ready http://127.0.0.1:8401/ready; wait_ready http://127.0.0.1:8402/health
 $bench compare --url http://127.0.0.1:8401 --url http://127.0.0.1:8402 --name steward --name llama-server \
-  --workload uniform-128 --levels ${LEVELS:-1,4,8,16,32} --per-client 2 --settle-s 5 \
+  --workload uniform-128 --levels ${LEVELS:-1,4,8,16,32} --per-client ${PER_CLIENT:-3} --settle-s 5 \
   --out "$out/compare.json" --html "$out/compare.html" 2>>"$out/bench.log"
 stop $s_pid; stop $l_pid

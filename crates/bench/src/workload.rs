@@ -452,6 +452,10 @@ pub const BUILTINS: &[(&str, &str)] = &[
     ),
     ("uniform-128", include_str!("../workloads/uniform-128.toml")),
     ("cancel-16", include_str!("../workloads/cancel-16.toml")),
+    (
+        "shared-system-1500",
+        include_str!("../workloads/shared-system-1500.toml"),
+    ),
 ];
 
 pub fn builtin(name: &str) -> Option<&'static str> {

@@ -50,6 +50,12 @@ pub struct EngineConfig {
     /// from measured step costs; `prompt_budget` is then the maximum.
     pub target_step_ms: Option<f64>,
     pub min_prompt_budget: usize,
+    /// TTFT target (ms since arrival): a prompt of at most
+    /// `expedite_max_tokens` tokens left that has waited this long is
+    /// finished in the next step even if that step runs past
+    /// `target_step_ms` (see `scheduler::overdue_budget`).
+    pub ttft_target_ms: Option<f64>,
+    pub expedite_max_tokens: usize,
     /// Longest a request may wait for a slot (None: no limit).
     pub queue_timeout: Option<std::time::Duration>,
     pub n_threads: i32,
@@ -108,6 +114,8 @@ impl EngineConfig {
             max_decode_seqs: 32,
             target_step_ms: None,
             min_prompt_budget: 16,
+            ttft_target_ms: None,
+            expedite_max_tokens: 512,
             queue_timeout: None,
             n_threads: cores,
             n_threads_batch: cores,

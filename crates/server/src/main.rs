@@ -107,6 +107,15 @@ struct ServeArgs {
     /// Smallest prompt budget the adaptive rule may choose.
     #[arg(long, default_value_t = 16)]
     min_prompt_budget: usize,
+    /// TTFT target in ms: a short prompt (at most --expedite-max-tokens
+    /// left) waiting longer than this is finished in the next step even if
+    /// that step runs past --target-step-ms. Long prompts always advance by
+    /// chunks under the step target. 0: off.
+    #[arg(long, default_value_t = 500.0)]
+    ttft_target_ms: f64,
+    /// Longest prompt (tokens left) the TTFT target may expedite.
+    #[arg(long, default_value_t = 512)]
+    expedite_max_tokens: usize,
     /// Longest a request may wait for a slot before a 503 (seconds; 0: no limit).
     #[arg(long, default_value_t = 60.0)]
     queue_timeout_s: f64,
@@ -284,6 +293,8 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
     c.max_decode_seqs = a.max_decode_seqs.unwrap_or(a.max_seqs).clamp(1, a.max_seqs);
     c.target_step_ms = (a.target_step_ms > 0.0).then_some(a.target_step_ms);
     c.min_prompt_budget = a.min_prompt_budget.max(1);
+    c.ttft_target_ms = (a.ttft_target_ms > 0.0).then_some(a.ttft_target_ms);
+    c.expedite_max_tokens = a.expedite_max_tokens;
     c.queue_timeout = (a.queue_timeout_s > 0.0).then(|| Duration::from_secs_f64(a.queue_timeout_s));
     c.max_lag_tokens = a.max_lag_tokens.max(1);
     c.slow_reader = match a.slow_reader.as_str() {

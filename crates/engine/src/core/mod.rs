@@ -70,8 +70,19 @@ pub(crate) fn spawn(args: OwnerArgs) -> Result<(), LoadError> {
         .map_err(|_| LoadError::Context("engine thread died".into()))?
 }
 
+/// Most prompt tokens one step may carry: the budget plus what the TTFT
+/// target may expedite.
+fn max_step_prompt(c: &EngineConfig) -> usize {
+    let expedite = if c.ttft_target_ms.is_some() {
+        c.expedite_max_tokens * c.max_prefill_seqs.max(1)
+    } else {
+        0
+    };
+    c.prompt_budget + expedite
+}
+
 fn runtime_params(c: &EngineConfig) -> RuntimeParams {
-    let n_batch = (c.prompt_budget + c.max_seqs).max(8) as u32;
+    let n_batch = (max_step_prompt(c) + c.max_seqs).max(8) as u32;
     RuntimeParams {
         n_seqs: c.max_seqs,
         ctx_per_seq: c.ctx_per_seq,
@@ -214,6 +225,7 @@ impl<B: Backend> Owner<B> {
                 prompt_budget: c.prompt_budget,
                 max_prefill_seqs: c.max_prefill_seqs.max(1),
                 max_decode_seqs: c.max_decode_seqs.clamp(1, c.max_seqs),
+                expedite: Vec::new(),
             },
             cost: StepCostModel::default(),
             state_model,
@@ -487,6 +499,11 @@ impl<B: Backend> Owner<B> {
             }
             // Prompt scoring needs logits for every prompt token: no reuse.
             let eligible = self.cache.enabled && !r.prompt_logprobs;
+            // A long prefix that an admitted sequence is still computing:
+            // wait for it and copy it, rather than compute it twice.
+            if eligible && self.sharing_pending(&r.prompt) {
+                break;
+            }
             let reuse = if eligible {
                 let live = self.seqs.iter().map(|s| (s.slot, s.computed_prompt()));
                 let busy: Vec<usize> = self.seqs.iter().map(|s| s.slot).collect();
@@ -565,14 +582,37 @@ impl<B: Backend> Owner<B> {
     }
 
     fn step(&mut self) {
-        if let Some(target) = self.config.target_step_ms {
-            let decoding = self.seqs.iter().any(Sequence::is_decoding);
-            self.limits.prompt_budget = self.cost.budget(
-                target,
-                decoding,
-                self.config.min_prompt_budget,
-                self.config.prompt_budget,
+        self.limits.prompt_budget = match self.config.target_step_ms {
+            Some(target) => {
+                let decoding = self.seqs.iter().any(Sequence::is_decoding);
+                self.cost.budget(
+                    target,
+                    decoding,
+                    self.config.min_prompt_budget,
+                    self.config.prompt_budget,
+                )
+            }
+            None => self.config.prompt_budget,
+        };
+        if let Some(ttft) = self.config.ttft_target_ms {
+            let now = Instant::now();
+            let prompts: Vec<(u64, usize, bool)> = self
+                .seqs
+                .iter()
+                .filter(|s| !s.is_decoding())
+                .map(|s| {
+                    let waited = now.saturating_duration_since(s.arrival()).as_secs_f64() * 1e3;
+                    (s.key, s.prompt_left(), waited >= ttft)
+                })
+                .collect();
+            let (keys, tokens) = scheduler::overdue(
+                &prompts,
+                self.config.expedite_max_tokens,
+                self.limits.max_prefill_seqs,
             );
+            self.limits.expedite = keys;
+            self.limits.prompt_budget =
+                (self.limits.prompt_budget + tokens).min(max_step_prompt(&self.config));
         }
         let views: Vec<SeqView> = self.seqs.iter().map(Sequence::view).collect();
         let plan = scheduler::plan(&views, &self.limits);
@@ -742,6 +782,16 @@ impl<B: Backend> Owner<B> {
         if flush(&mut d) {
             self.draining.push(d);
         }
+    }
+
+    /// Some admitted sequence is still prefilling a prefix of `prompt` of at
+    /// least `--prefix-copy-min` tokens.
+    fn sharing_pending(&self, prompt: &[crate::model::TokenId]) -> bool {
+        let cap = prompt.len().saturating_sub(1);
+        self.seqs.iter().any(|s| {
+            let shared = prefix::common_prefix(&s.prompt, prompt).min(cap);
+            shared >= self.cache.copy_min && s.computed_prompt().len() < shared
+        })
     }
 
     /// Return an empty slot. Lowest first (`pop` takes the smallest): busy

@@ -30,6 +30,8 @@ pub struct StepLimits {
     pub prompt_budget: usize,
     pub max_prefill_seqs: usize,
     pub max_decode_seqs: usize,
+    /// Overdue short prompts (see `overdue`): finished first, whole.
+    pub expedite: Vec<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -96,6 +98,13 @@ pub fn plan(seqs: &[SeqView], limits: &StepLimits) -> Plan {
         }
         *budget -= len;
     };
+    // 0. Overdue short prompts are finished whole (their tokens were added
+    //    to the budget by the caller).
+    for k in &limits.expedite {
+        if let Some(s) = prefilling.iter().find(|s| s.key == *k) {
+            give(&mut p, s, usize::MAX, &mut budget);
+        }
+    }
     // 1. The oldest prompt always advances by (at least) half the budget.
     let half = limits.prompt_budget - limits.prompt_budget / 2;
     give(&mut p, prefilling[0], half, &mut budget);
@@ -111,6 +120,28 @@ pub fn plan(seqs: &[SeqView], limits: &StepLimits) -> Plan {
         give(&mut p, s, usize::MAX, &mut budget);
     }
     p
+}
+
+/// The TTFT side of the budget. `prompts`: (key, tokens left, waited past
+/// the TTFT target) of prefilling sequences, oldest first. A short prompt (at
+/// most `max_left` tokens left) that is overdue is not kept waiting to
+/// protect the decoders' rhythm: the step's budget grows to finish the
+/// first `max_seqs` such prompts. Long prompts are never expedited: they
+/// advance by chunks under the step-time target.
+/// Returns their keys and the tokens they add to the budget.
+pub fn overdue(
+    prompts: &[(u64, usize, bool)],
+    max_left: usize,
+    max_seqs: usize,
+) -> (Vec<u64>, usize) {
+    let picked: Vec<(u64, usize)> = prompts
+        .iter()
+        .filter(|&&(_, left, overdue)| overdue && left > 0 && left <= max_left)
+        .take(max_seqs)
+        .map(|&(k, left, _)| (k, left))
+        .collect();
+    let tokens = picked.iter().map(|p| p.1).sum();
+    (picked.into_iter().map(|p| p.0).collect(), tokens)
 }
 
 /// Learns what a step costs, to derive the prompt budget from a target
@@ -185,11 +216,34 @@ mod tests {
             prompt_budget: budget,
             max_prefill_seqs: pf,
             max_decode_seqs: dc,
+            expedite: Vec::new(),
         }
     }
 
     fn ch(key: u64, start: usize, len: usize) -> Chunk {
         Chunk { key, start, len }
+    }
+
+    #[test]
+    fn only_short_overdue_prompts_raise_the_budget() {
+        // A 3,000-token prompt is overdue but long: never expedited.
+        assert_eq!(overdue(&[(1, 3000, true)], 512, 2), (vec![], 0));
+        // Two short overdue prompts (a third waits its turn); fresh ones not.
+        let p = [
+            (1, 3000, true),
+            (2, 150, true),
+            (3, 120, false),
+            (4, 90, true),
+            (5, 80, true),
+        ];
+        assert_eq!(overdue(&p, 512, 2), (vec![2, 4], 240));
+        assert_eq!(overdue(&p, 512, 0), (vec![], 0));
+        // The planner finishes them first, whole, then the usual rule.
+        let seqs = [pre(1, 3000, 0), pre(2, 150, 0), dec(9)];
+        let mut l = lim(32 + 150, 2, 8);
+        l.expedite = vec![2];
+        let plan = plan(&seqs, &l);
+        assert_eq!(plan.chunks, vec![ch(2, 0, 150), ch(1, 0, 32)]);
     }
 
     #[test]

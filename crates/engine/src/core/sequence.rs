@@ -187,6 +187,11 @@ impl Sequence {
         self.computed as u32 + self.generated.saturating_sub(1)
     }
 
+    /// Prompt tokens still to compute.
+    pub fn prompt_left(&self) -> usize {
+        self.prompt.len() - self.computed
+    }
+
     /// The prompt tokens in the slot's KV cells.
     pub fn computed_prompt(&self) -> &[TokenId] {
         &self.prompt[..self.computed]

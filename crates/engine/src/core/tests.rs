@@ -745,3 +745,45 @@ fn a_long_prefix_of_a_running_sequence_is_copied_not_recomputed() {
     assert_eq!(h.stats.borrow().prefix_copies, 1);
     h.assert_idle_cached();
 }
+
+#[test]
+fn prompts_arriving_together_compute_a_shared_prefix_once() {
+    let mut h = harness(cached_config(4));
+    let shared = prompt(11, 48);
+    let mut rxs = Vec::new();
+    for i in 0..3 {
+        let mut p = shared.clone();
+        p.extend([50 + i, 51, 52]);
+        rxs.push(h.submit_tokens(&p, 2, &format!("t{i}")));
+    }
+    h.run_idle();
+    let mut cached = Vec::new();
+    for rx in &mut rxs {
+        cached.push(done(&events(rx)).cached_tokens);
+    }
+    assert_eq!(cached, vec![0, 48, 48]);
+    // One copy of the shared prefix plus each private part.
+    assert_eq!(h.stats.borrow().prompt_tokens_total, 48 + 3 * 3);
+    assert_eq!(h.owner.rt.copies, 2);
+    h.assert_idle_cached();
+}
+
+#[test]
+fn an_overdue_short_prompt_is_finished_in_one_step_a_long_one_is_not() {
+    let mut c = config(4, 16);
+    c.ttft_target_ms = Some(0.0); // every prompt is overdue at once
+    c.expedite_max_tokens = 64;
+    let mut h = harness(c);
+    let mut short = h.submit(40, 2, &[]);
+    let mut long = h.submit(100, 2, &[]);
+    h.ticks(1);
+    // The short prompt (40 ≤ 64) is finished whole on top of the ordinary
+    // budget (16), which the long one gets.
+    assert_eq!(h.owner.rt.step_sizes[0], 40 + 16);
+    assert_eq!(h.owner.seqs[0].prompt_left(), 0);
+    assert_eq!(h.owner.seqs[1].prompt_left(), 100 - 16);
+    h.run_idle();
+    events(&mut short);
+    events(&mut long);
+    h.assert_released();
+}
