@@ -104,3 +104,74 @@ pub fn run_chunked(
         prefill_tok_s: prefill,
     })
 }
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CopyCost {
+    pub prompt_tokens: usize,
+    pub ctx_per_seq: u32,
+    /// Median time of a one-token step in a fresh slot.
+    pub step_ms: f64,
+    /// Median time of the same step right after copying a slot holding
+    /// the prompt into it (the copy runs inside that step).
+    pub step_with_copy_ms: f64,
+    /// Median time to recompute the prompt instead (one batch).
+    pub recompute_ms: f64,
+}
+
+/// What sharing a prefix between two slots costs on this runtime: with
+/// per-slot KV streams llama.cpp copies the whole stream.
+pub fn copy_cost(
+    model: &LoadedModel,
+    params: &RuntimeParams,
+    prompt_tokens: usize,
+    reps: usize,
+) -> Result<CopyCost, StepError> {
+    let mut rt = model
+        .new_runtime(params)
+        .map_err(|e| StepError::Decode(e.to_string()))?;
+    let base = "The lighthouse keeper climbed the stairs at dusk and watched the sea. ";
+    let mut prompt = model.tokenize(&base.repeat(prompt_tokens / 12 + 1), true, false);
+    prompt.truncate(prompt_tokens.max(2));
+    let n = prompt.len();
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(|a, b| a.total_cmp(b));
+        v[v.len() / 2]
+    };
+    let (mut plain, mut copied, mut recompute) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..reps.max(1) {
+        // Slot 0 holds the prompt (computed in one batch: timed).
+        rt.clear_slot(0);
+        rt.clear();
+        for (i, &t) in prompt.iter().enumerate() {
+            rt.push(t, i as u32, 0, i + 1 == n)?;
+        }
+        let t = Instant::now();
+        rt.decode()?;
+        recompute.push(t.elapsed().as_secs_f64() * 1e3);
+        // A one-token step in an empty slot.
+        rt.clear_slot(1);
+        rt.clear();
+        rt.push(prompt[0], 0, 1, true)?;
+        let t = Instant::now();
+        rt.decode()?;
+        plain.push(t.elapsed().as_secs_f64() * 1e3);
+        // The same step after sharing slot 0's prefix into slot 1.
+        rt.clear_slot(1);
+        rt.copy_slot(0, 1);
+        rt.truncate_slot(1, (n - 1) as u32);
+        rt.clear();
+        rt.push(prompt[n - 1], (n - 1) as u32, 1, true)?;
+        let t = Instant::now();
+        rt.decode()?;
+        copied.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    rt.clear_slot(0);
+    rt.clear_slot(1);
+    Ok(CopyCost {
+        prompt_tokens: n,
+        ctx_per_seq: params.ctx_per_seq,
+        step_ms: median(plain),
+        step_with_copy_ms: median(copied),
+        recompute_ms: median(recompute),
+    })
+}

@@ -51,11 +51,13 @@ pub struct EngineConfig {
     pub target_step_ms: Option<f64>,
     pub min_prompt_budget: usize,
     /// TTFT target (ms since arrival): a prompt of at most
-    /// `expedite_max_tokens` tokens left that has waited this long is
+    /// `expedite_max_tokens` tokens that has waited this long is
     /// finished in the next step even if that step runs past
     /// `target_step_ms` (see `scheduler::overdue_budget`).
     pub ttft_target_ms: Option<f64>,
     pub expedite_max_tokens: usize,
+    /// Most overdue prompts finished in one step.
+    pub expedite_max_seqs: usize,
     /// Longest a request may wait for a slot (None: no limit).
     pub queue_timeout: Option<std::time::Duration>,
     pub n_threads: i32,
@@ -116,6 +118,7 @@ impl EngineConfig {
             min_prompt_budget: 16,
             ttft_target_ms: None,
             expedite_max_tokens: 512,
+            expedite_max_seqs: 2,
             queue_timeout: None,
             n_threads: cores,
             n_threads_batch: cores,
@@ -137,7 +140,7 @@ impl EngineConfig {
             progress: false,
             memory_budget: None,
             prefix_cache: true,
-            prefix_copy_min: 256,
+            prefix_copy_min: 64,
         }
     }
 }

@@ -130,6 +130,10 @@ pub struct EngineStats {
     pub prefix_reused_tokens: u64,
     pub prefix_evictions: u64,
     pub prefix_copies: u64,
+    /// Reused tokens × the learned per-prompt-token step cost.
+    pub prefix_saved_ms_estimate: f64,
+    /// Time spent evicting (releasing the entries' cells).
+    pub prefix_eviction_ms_total: f64,
     pub kv_cells_cached: u64,
     pub prefix_entries: usize,
     /// Every queued and admitted request, refreshed each iteration.

@@ -108,14 +108,17 @@ struct ServeArgs {
     #[arg(long, default_value_t = 16)]
     min_prompt_budget: usize,
     /// TTFT target in ms: a short prompt (at most --expedite-max-tokens
-    /// left) waiting longer than this is finished in the next step even if
+    /// tokens) waiting longer than this is finished in the next step even if
     /// that step runs past --target-step-ms. Long prompts always advance by
     /// chunks under the step target. 0: off.
     #[arg(long, default_value_t = 500.0)]
     ttft_target_ms: f64,
-    /// Longest prompt (tokens left) the TTFT target may expedite.
+    /// Longest prompt (tokens) the TTFT target may expedite.
     #[arg(long, default_value_t = 512)]
     expedite_max_tokens: usize,
+    /// Most overdue prompts finished in one step.
+    #[arg(long, default_value_t = 2)]
+    expedite_max_seqs: usize,
     /// Longest a request may wait for a slot before a 503 (seconds; 0: no limit).
     #[arg(long, default_value_t = 60.0)]
     queue_timeout_s: f64,
@@ -181,8 +184,10 @@ struct ServeArgs {
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     prefix_cache: bool,
     /// Shortest prefix shared with a running request worth copying its KV
-    /// stream (a cached idle slot is reused without a copy).
-    #[arg(long, default_value_t = 256)]
+    /// stream (a cached idle slot is reused without a copy). A copy stalls
+    /// one step by ~15 ms at 4,096 cells per slot; recomputing costs ~1.6 ms
+    /// per token (docs/BENCHMARKS.md [6/8]).
+    #[arg(long, default_value_t = 64)]
     prefix_copy_min: usize,
 }
 
@@ -223,6 +228,10 @@ struct BenchRuntimeArgs {
     /// Unified KV pool.
     #[arg(long)]
     kv_unified: bool,
+    /// Instead: what sharing a prompt of --prompt-tokens between two slots
+    /// costs (the step with the copy vs without, and recomputing).
+    #[arg(long)]
+    copy_cost: bool,
 }
 
 fn resolve_model(m: &Option<PathBuf>) -> anyhow::Result<PathBuf> {
@@ -295,6 +304,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
     c.min_prompt_budget = a.min_prompt_budget.max(1);
     c.ttft_target_ms = (a.ttft_target_ms > 0.0).then_some(a.ttft_target_ms);
     c.expedite_max_tokens = a.expedite_max_tokens;
+    c.expedite_max_seqs = a.expedite_max_seqs.max(1);
     c.queue_timeout = (a.queue_timeout_s > 0.0).then(|| Duration::from_secs_f64(a.queue_timeout_s));
     c.max_lag_tokens = a.max_lag_tokens.max(1);
     c.slow_reader = match a.slow_reader.as_str() {
@@ -426,6 +436,15 @@ fn bench_runtime(a: BenchRuntimeArgs) -> anyhow::Result<()> {
         kv_q8: a.kv_q8,
         kv_unified: a.kv_unified,
     };
+    if a.copy_cost {
+        let params = RuntimeParams {
+            n_seqs: a.slots.max(2),
+            ..params
+        };
+        let r = steward_engine::ceiling::copy_cost(&model, &params, a.prompt_tokens, a.reps)?;
+        println!("{}", serde_json::to_value(&r)?);
+        return Ok(());
+    }
     let chunk = if a.chunk == 0 { usize::MAX } else { a.chunk };
     let r = steward_engine::ceiling::run_chunked(
         &model,

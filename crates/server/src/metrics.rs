@@ -173,7 +173,7 @@ pub fn render(e: &EngineStats, waiting: usize, h: &HttpMetrics) -> String {
         0.0
     };
     // (name, help, type, value): every engine-side metric, declared here.
-    let engine: [(&str, &str, &str, f64); 42] = [
+    let engine: [(&str, &str, &str, f64); 44] = [
         (
             "steward_draining",
             "1 while draining for shutdown",
@@ -317,6 +317,18 @@ pub fn render(e: &EngineStats, waiting: usize, h: &HttpMetrics) -> String {
             "Prefix cache entries evicted",
             "counter",
             e.prefix_evictions as f64,
+        ),
+        (
+            "steward_prefix_cache_saved_seconds_total",
+            "Estimated prefill time avoided: reused tokens times the learned per-token cost",
+            "counter",
+            e.prefix_saved_ms_estimate / 1e3,
+        ),
+        (
+            "steward_prefix_cache_eviction_seconds_total",
+            "Time spent evicting prefix cache entries",
+            "counter",
+            e.prefix_eviction_ms_total / 1e3,
         ),
         (
             "steward_prefix_cache_copies_total",

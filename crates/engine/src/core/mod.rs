@@ -74,7 +74,7 @@ pub(crate) fn spawn(args: OwnerArgs) -> Result<(), LoadError> {
 /// target may expedite.
 fn max_step_prompt(c: &EngineConfig) -> usize {
     let expedite = if c.ttft_target_ms.is_some() {
-        c.expedite_max_tokens * c.max_prefill_seqs.max(1)
+        2 * c.expedite_max_tokens * c.expedite_max_seqs
     } else {
         0
     };
@@ -559,11 +559,13 @@ impl<B: Backend> Owner<B> {
             };
             self.dequeue();
             if eligible {
+                let per_token = self.cost.prompt_token_ms().unwrap_or(0.0);
                 self.stats.send_modify(|s| {
                     s.prefix_lookups += 1;
                     if reused > 0 {
                         s.prefix_hits += 1;
                         s.prefix_reused_tokens += reused as u64;
+                        s.prefix_saved_ms_estimate += reused as f64 * per_token;
                     }
                 });
             }
@@ -602,17 +604,32 @@ impl<B: Backend> Owner<B> {
                 .filter(|s| !s.is_decoding())
                 .map(|s| {
                     let waited = now.saturating_duration_since(s.arrival()).as_secs_f64() * 1e3;
-                    (s.key, s.prompt_left(), waited >= ttft)
+                    // Short prompts only: the tail of a long prompt is not
+                    // short (its tokens cost most, at long context).
+                    let short = s.prompt.len() <= self.config.expedite_max_tokens;
+                    (s.key, s.prompt_left(), short && waited >= ttft)
                 })
                 .collect();
             let (keys, tokens) = scheduler::overdue(
                 &prompts,
                 self.config.expedite_max_tokens,
-                self.limits.max_prefill_seqs,
+                self.config.expedite_max_seqs,
             );
             self.limits.expedite = keys;
-            self.limits.prompt_budget =
-                (self.limits.prompt_budget + tokens).min(max_step_prompt(&self.config));
+            // No step longer than the TTFT target itself: on a slow format or
+            // beside many decoders an overdue prompt gets what fits.
+            let base = self.limits.prompt_budget;
+            let cap = match self.config.target_step_ms {
+                Some(_) => {
+                    let decoding = self.seqs.iter().any(Sequence::is_decoding);
+                    let max = max_step_prompt(&self.config);
+                    self.cost.budget(ttft, decoding, base, max)
+                }
+                None => max_step_prompt(&self.config),
+            };
+            // Twice the overdue tokens: the oldest prompt keeps half of
+            // every step (a long prompt is not slowed by expedited ones).
+            self.limits.prompt_budget = (base + 2 * tokens).min(cap.max(base));
         }
         let views: Vec<SeqView> = self.seqs.iter().map(Sequence::view).collect();
         let plan = scheduler::plan(&views, &self.limits);
@@ -804,10 +821,15 @@ impl<B: Backend> Owner<B> {
     /// Drop a cached entry's cells; its slot becomes free.
     fn evict(&mut self, slot: usize) {
         if self.cache.take(slot).is_some() {
+            let t = Instant::now();
             self.rt.clear_slot(slot);
+            let ms = t.elapsed().as_secs_f64() * 1e3;
             self.free_slot(slot);
             self.ledger.set_cached(self.cache.cells());
-            self.stats.send_modify(|s| s.prefix_evictions += 1);
+            self.stats.send_modify(|s| {
+                s.prefix_evictions += 1;
+                s.prefix_eviction_ms_total += ms;
+            });
         }
     }
 

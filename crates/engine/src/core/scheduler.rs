@@ -80,6 +80,8 @@ pub fn plan(seqs: &[SeqView], limits: &StepLimits) -> Plan {
         return p;
     }
     let mut budget = limits.prompt_budget;
+    // Expedited prompts do not count against `max_prefill_seqs`.
+    let chunk_limit = limits.max_prefill_seqs + limits.expedite.len();
     let give = |p: &mut Plan, s: &SeqView, want: usize, budget: &mut usize| {
         let have = p.chunks.iter().position(|c| c.key == s.key);
         let done = have.map_or(0, |i| p.chunks[i].len);
@@ -89,7 +91,7 @@ pub fn plan(seqs: &[SeqView], limits: &StepLimits) -> Plan {
         }
         match have {
             Some(i) => p.chunks[i].len += len,
-            None if p.chunks.len() < limits.max_prefill_seqs => p.chunks.push(Chunk {
+            None if p.chunks.len() < chunk_limit => p.chunks.push(Chunk {
                 key: s.key,
                 start: s.computed,
                 len,
@@ -98,16 +100,16 @@ pub fn plan(seqs: &[SeqView], limits: &StepLimits) -> Plan {
         }
         *budget -= len;
     };
-    // 0. Overdue short prompts are finished whole (their tokens were added
-    //    to the budget by the caller).
+    // 1. The oldest prompt always advances by (at least) half the budget.
+    let half = limits.prompt_budget - limits.prompt_budget / 2;
+    give(&mut p, prefilling[0], half, &mut budget);
+    // 1b. Overdue short prompts are finished whole (the caller added twice
+    //     their tokens to the budget, so the oldest keeps its half).
     for k in &limits.expedite {
         if let Some(s) = prefilling.iter().find(|s| s.key == *k) {
             give(&mut p, s, usize::MAX, &mut budget);
         }
     }
-    // 1. The oldest prompt always advances by (at least) half the budget.
-    let half = limits.prompt_budget - limits.prompt_budget / 2;
-    give(&mut p, prefilling[0], half, &mut budget);
     // 2. Express lane: the rest goes to the prompts with the fewest tokens
     //    left, shortest first.
     let mut by_left: Vec<&SeqView> = prefilling[1..].to_vec();
@@ -122,10 +124,10 @@ pub fn plan(seqs: &[SeqView], limits: &StepLimits) -> Plan {
     p
 }
 
-/// The TTFT side of the budget. `prompts`: (key, tokens left, waited past
-/// the TTFT target) of prefilling sequences, oldest first. A short prompt (at
-/// most `max_left` tokens left) that is overdue is not kept waiting to
-/// protect the decoders' rhythm: the step's budget grows to finish the
+/// The TTFT side of the budget. `prompts`: (key, tokens left, overdue: a
+/// short prompt that waited past the TTFT target) of prefilling sequences,
+/// oldest first. An overdue prompt (at most `max_left` tokens left) is not
+/// kept waiting to protect the decoders' rhythm: the step's budget grows to finish the
 /// first `max_seqs` such prompts. Long prompts are never expedited: they
 /// advance by chunks under the step-time target.
 /// Returns their keys and the tokens they add to the budget.
@@ -172,6 +174,11 @@ impl StepCostModel {
         };
         let per = ((ms - base) / n_prompt as f64).max(0.001);
         self.prompt_token_ms = ewma(self.prompt_token_ms, per);
+    }
+
+    /// Learned cost of one prompt token in a step, ms.
+    pub fn prompt_token_ms(&self) -> Option<f64> {
+        self.prompt_token_ms
     }
 
     /// Prompt budget for the next step so that it takes about `target_ms`
@@ -238,12 +245,13 @@ mod tests {
         ];
         assert_eq!(overdue(&p, 512, 2), (vec![2, 4], 240));
         assert_eq!(overdue(&p, 512, 0), (vec![], 0));
-        // The planner finishes them first, whole, then the usual rule.
+        // The planner finishes them whole after the oldest's half, then the
+        // usual rule (budget 32 + 2 × 150, as the owner sets it).
         let seqs = [pre(1, 3000, 0), pre(2, 150, 0), dec(9)];
-        let mut l = lim(32 + 150, 2, 8);
+        let mut l = lim(32 + 300, 2, 8);
         l.expedite = vec![2];
         let plan = plan(&seqs, &l);
-        assert_eq!(plan.chunks, vec![ch(2, 0, 150), ch(1, 0, 32)]);
+        assert_eq!(plan.chunks, vec![ch(1, 0, 166 + 16), ch(2, 0, 150)]);
     }
 
     #[test]

@@ -777,11 +777,24 @@ fn an_overdue_short_prompt_is_finished_in_one_step_a_long_one_is_not() {
     let mut short = h.submit(40, 2, &[]);
     let mut long = h.submit(100, 2, &[]);
     h.ticks(1);
-    // The short prompt (40 ≤ 64) is finished whole on top of the ordinary
-    // budget (16), which the long one gets.
-    assert_eq!(h.owner.rt.step_sizes[0], 40 + 16);
+    // The short prompt (40 ≤ 64) is finished whole; the budget grew by
+    // twice its tokens (16 + 80), the rest goes to the long one.
+    assert_eq!(h.owner.rt.step_sizes[0], 16 + 80);
     assert_eq!(h.owner.seqs[0].prompt_left(), 0);
-    assert_eq!(h.owner.seqs[1].prompt_left(), 100 - 16);
+    assert_eq!(h.owner.seqs[1].prompt_left(), 100 - 56);
+    // The long prompt's tail (≤ 64 left) is never expedited: 16 per step.
+    let long_left = |h: &Harness| {
+        h.owner
+            .seqs
+            .iter()
+            .find(|s| s.prompt.len() == 100)
+            .map_or(0, |s| s.prompt_left())
+    };
+    while long_left(&h) > 0 {
+        let left = long_left(&h);
+        h.ticks(1);
+        assert!(left - long_left(&h) <= 16, "{left} -> {}", long_left(&h));
+    }
     h.run_idle();
     events(&mut short);
     events(&mut long);
