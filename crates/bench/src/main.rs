@@ -475,11 +475,16 @@ fn steady_exit(s: &scrape::SteadyState) -> i32 {
     }
 }
 
+/// The workload at one concurrency level of a sweep. Each level draws its
+/// own prompts (the seed moves with the level): a server must not be served
+/// prompts it has cached from an earlier level. Every server of a compare
+/// gets the same prompts at the same level.
 fn level_workload(w: &Workload, level: usize, per_client: Option<usize>) -> Workload {
     let mut wl = w.with_concurrency(level);
     if let Some(n) = per_client {
         wl.conversations = n.max(1) * level;
     }
+    wl.seed = w.seed.wrapping_add(1_000_003 * level as u64);
     wl
 }
 

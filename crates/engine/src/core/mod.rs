@@ -205,6 +205,8 @@ pub(crate) struct Owner<B: Backend> {
     last_step: Option<(f64, usize)>,
     cache: PrefixCache,
     prefix_key: PrefixKey,
+    /// Cached slots that are copy sources for the coming step.
+    pinned: Vec<usize>,
     /// Whole-stream copies submitted this iteration (timed with the step).
     copies_pending: usize,
 }
@@ -250,6 +252,7 @@ impl<B: Backend> Owner<B> {
                 c.prefix_copy_min,
             ),
             prefix_key: args.prefix_key,
+            pinned: Vec::new(),
             copies_pending: 0,
             config: c,
         }
@@ -507,8 +510,14 @@ impl<B: Backend> Owner<B> {
             let reuse = if eligible {
                 let live = self.seqs.iter().map(|s| (s.slot, s.computed_prompt()));
                 let busy: Vec<usize> = self.seqs.iter().map(|s| s.slot).collect();
-                self.cache
-                    .lookup(self.prefix_key, &r.prompt, live, |s| fragments(&busy, s))
+                let free = !self.free_slots.is_empty();
+                self.cache.lookup(
+                    self.prefix_key,
+                    &r.prompt,
+                    live,
+                    |s| fragments(&busy, s),
+                    free,
+                )
             } else {
                 None
             };
@@ -523,7 +532,7 @@ impl<B: Backend> Owner<B> {
                 if let Some(p) = self.ledger.try_reserve(need) {
                     break Some(p);
                 }
-                match self.cache.lru_slot() {
+                match self.cache.lru_slot(&self.pinned) {
                     Some(s) => self.evict(s),
                     None => break None,
                 }
@@ -544,6 +553,9 @@ impl<B: Backend> Owner<B> {
                     (e.slot, len)
                 }
                 (Some(Reuse::Copy { src_slot, len }), _) => {
+                    // The source's cells are read at the next decode: it
+                    // must not be evicted in this pass.
+                    self.pinned.push(src_slot);
                     let Some(dst) = self.take_slot() else {
                         break;
                     };
@@ -696,6 +708,7 @@ impl<B: Backend> Owner<B> {
         }
         let n_prompt: usize = plan.chunks.iter().map(|c| c.len).sum();
         let copies = std::mem::take(&mut self.copies_pending) as u64;
+        self.pinned.clear();
         if copies > 0 {
             self.stats.send_modify(|s| s.prefix_copies += copies);
         }
@@ -842,7 +855,12 @@ impl<B: Backend> Owner<B> {
             .free_slots
             .iter()
             .map(|&s| (fragments(&busy, s), false, s))
-            .chain(self.cache.slots().map(|s| (fragments(&busy, s), true, s)))
+            .chain(
+                self.cache
+                    .slots()
+                    .filter(|s| !self.pinned.contains(s))
+                    .map(|s| (fragments(&busy, s), true, s)),
+            )
             .min()?;
         let (_, cached, slot) = best;
         if cached {

@@ -104,12 +104,20 @@ impl PrefixCache {
     /// weights every step, for the sequence's whole life: far dearer than
     /// recomputing a short prefix). Such a takeover is taken only as a copy
     /// source, and only for a prefix worth a copy.
+    ///
+    /// Retention: a takeover destroys the entry's tokens after the shared
+    /// prefix. It is taken when it reuses at least as much as it destroys
+    /// (a repeated prompt, the next turn of a conversation), or when no slot
+    /// is free (something must go anyway). Otherwise a long shared prefix is
+    /// copied out of the entry (which stays), and a short one (a chat
+    /// template's first tokens) is recomputed in a free slot.
     pub fn lookup<'a>(
         &self,
         key: PrefixKey,
         prompt: &[TokenId],
         live: impl Iterator<Item = (usize, &'a [TokenId])>,
         fragments: impl Fn(usize) -> bool,
+        free_slot: bool,
     ) -> Option<Reuse> {
         if !self.enabled || prompt.len() < 2 {
             return None;
@@ -120,13 +128,25 @@ impl PrefixCache {
             it.filter(|&(len, _)| len > 0)
                 .max_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)))
         };
-        let matches: Vec<(usize, usize)> = self
+        let matches: Vec<(usize, usize, usize)> = self
             .entries
             .iter()
             .filter(|e| e.key == key)
-            .map(|e| (common_prefix(&e.tokens, prompt).min(cap), e.slot))
+            .map(|e| {
+                (
+                    common_prefix(&e.tokens, prompt).min(cap),
+                    e.slot,
+                    e.tokens.len(),
+                )
+            })
             .collect();
-        let takeover = longest(&mut matches.iter().copied().filter(|&(_, s)| !fragments(s)));
+        let takeover = longest(
+            &mut matches
+                .iter()
+                .filter(|&&(len, s, n)| !fragments(s) && (n - len <= len || !free_slot))
+                .map(|&(len, s, _)| (len, s)),
+        );
+        let matches: Vec<(usize, usize)> = matches.iter().map(|&(l, s, _)| (l, s)).collect();
         let copy = longest(
             &mut matches
                 .iter()
@@ -153,10 +173,11 @@ impl PrefixCache {
         Some(self.entries.swap_remove(i))
     }
 
-    /// The least recently used entry's slot.
-    pub fn lru_slot(&self) -> Option<usize> {
+    /// The least recently used entry's slot, `pinned` slots aside.
+    pub fn lru_slot(&self, pinned: &[usize]) -> Option<usize> {
         self.entries
             .iter()
+            .filter(|e| !pinned.contains(&e.slot))
             .min_by_key(|e| (e.last_used, e.slot))
             .map(|e| e.slot)
     }
@@ -201,19 +222,23 @@ mod tests {
         let c = cache_with(&[(3, 1, &[1, 2, 3]), (5, 1, &[1, 2, 3, 4, 5, 6])]);
         let none = std::iter::empty();
         assert_eq!(
-            c.lookup(key(1), &[1, 2, 3, 4, 9], none, |_| false),
+            c.lookup(key(1), &[1, 2, 3, 4, 9], none, |_| false, true),
             Some(Reuse::Takeover { slot: 5, len: 4 })
         );
         // The whole prompt is cached: all but its last token are reused
         // (both entries give 3; the lower slot wins the tie).
         assert_eq!(
-            c.lookup(key(1), &[1, 2, 3, 4], std::iter::empty(), |_| false),
+            c.lookup(key(1), &[1, 2, 3, 4], std::iter::empty(), |_| false, true),
             Some(Reuse::Takeover { slot: 3, len: 3 })
         );
         assert_eq!(
-            c.lookup(key(1), &[1, 2, 3, 4, 5, 6, 7], std::iter::empty(), |_| {
-                false
-            }),
+            c.lookup(
+                key(1),
+                &[1, 2, 3, 4, 5, 6, 7],
+                std::iter::empty(),
+                |_| false,
+                true
+            ),
             Some(Reuse::Takeover { slot: 5, len: 6 })
         );
     }
@@ -222,12 +247,24 @@ mod tests {
     fn other_identity_or_other_preceding_context_never_matches() {
         let c = cache_with(&[(0, 1, &[1, 2, 3, 4, 5])]);
         assert_eq!(
-            c.lookup(key(2), &[1, 2, 3, 4, 5, 6], std::iter::empty(), |_| false),
+            c.lookup(
+                key(2),
+                &[1, 2, 3, 4, 5, 6],
+                std::iter::empty(),
+                |_| false,
+                true
+            ),
             None
         );
         // Same suffix under a different first token: no match.
         assert_eq!(
-            c.lookup(key(1), &[9, 2, 3, 4, 5, 6], std::iter::empty(), |_| false),
+            c.lookup(
+                key(1),
+                &[9, 2, 3, 4, 5, 6],
+                std::iter::empty(),
+                |_| false,
+                true
+            ),
             None
         );
     }
@@ -236,10 +273,11 @@ mod tests {
     fn ties_prefer_the_lowest_slot_and_lru_is_the_oldest() {
         let c = cache_with(&[(7, 1, &[1, 2, 8]), (2, 1, &[1, 2, 9])]);
         assert_eq!(
-            c.lookup(key(1), &[1, 2, 5], std::iter::empty(), |_| false),
+            c.lookup(key(1), &[1, 2, 5], std::iter::empty(), |_| false, true),
             Some(Reuse::Takeover { slot: 2, len: 2 })
         );
-        assert_eq!(c.lru_slot(), Some(7));
+        assert_eq!(c.lru_slot(&[]), Some(7));
+        assert_eq!(c.lru_slot(&[7]), Some(2));
     }
 
     #[test]
@@ -250,9 +288,13 @@ mod tests {
         prompt.push(99);
         let live = [(4usize, long.as_slice())];
         assert_eq!(
-            c.lookup(key(1), &prompt, live.iter().map(|(s, t)| (*s, *t)), |_| {
-                false
-            }),
+            c.lookup(
+                key(1),
+                &prompt,
+                live.iter().map(|(s, t)| (*s, *t)),
+                |_| false,
+                true
+            ),
             Some(Reuse::Copy {
                 src_slot: 4,
                 len: 39
@@ -261,9 +303,13 @@ mod tests {
         // Shorter than copy_min: only the cached takeover.
         let live = [(4usize, &long[..5])];
         assert_eq!(
-            c.lookup(key(1), &prompt, live.iter().map(|(s, t)| (*s, *t)), |_| {
-                false
-            }),
+            c.lookup(
+                key(1),
+                &prompt,
+                live.iter().map(|(s, t)| (*s, *t)),
+                |_| false,
+                true
+            ),
             Some(Reuse::Takeover { slot: 0, len: 2 })
         );
     }
@@ -276,7 +322,7 @@ mod tests {
         prompt.push(99);
         // Slot 9 would split the busy slots: copy it (long prefix)...
         assert_eq!(
-            c.lookup(key(1), &prompt, std::iter::empty(), |s| s == 9),
+            c.lookup(key(1), &prompt, std::iter::empty(), |s| s == 9, true),
             Some(Reuse::Copy {
                 src_slot: 9,
                 len: 39
@@ -284,8 +330,47 @@ mod tests {
         );
         // ...or, for a short one, reuse nothing.
         assert_eq!(
-            c.lookup(key(1), &[1, 2, 3, 7], std::iter::empty(), |s| s == 9),
+            c.lookup(key(1), &[1, 2, 3, 7], std::iter::empty(), |s| s == 9, true),
             None
+        );
+    }
+
+    #[test]
+    fn a_short_match_keeps_a_long_entry_while_a_slot_is_free() {
+        let long: Vec<TokenId> = (1..60).collect();
+        let c = cache_with(&[(0, 1, &long)]);
+        // Only the first 3 tokens match: taking the slot over would destroy
+        // 56 cached tokens to reuse 3. With a free slot: recompute.
+        assert_eq!(
+            c.lookup(
+                key(1),
+                &[1, 2, 3, 99, 98],
+                std::iter::empty(),
+                |_| false,
+                true
+            ),
+            None
+        );
+        // No free slot: the entry goes anyway, so reuse what matches.
+        assert_eq!(
+            c.lookup(
+                key(1),
+                &[1, 2, 3, 99, 98],
+                std::iter::empty(),
+                |_| false,
+                false
+            ),
+            Some(Reuse::Takeover { slot: 0, len: 3 })
+        );
+        // A long shared prefix that is not most of the entry: copied out.
+        let mut p: Vec<TokenId> = (1..20).collect();
+        p.push(99);
+        assert_eq!(
+            c.lookup(key(1), &p, std::iter::empty(), |_| false, true),
+            Some(Reuse::Copy {
+                src_slot: 0,
+                len: 19
+            })
         );
     }
 
@@ -294,7 +379,7 @@ mod tests {
         let mut c = cache_with(&[(0, 1, &[1, 2, 3])]);
         c.enabled = false;
         assert_eq!(
-            c.lookup(key(1), &[1, 2, 3, 4], std::iter::empty(), |_| false),
+            c.lookup(key(1), &[1, 2, 3, 4], std::iter::empty(), |_| false, true),
             None
         );
         assert_eq!(c.cells(), 3);
