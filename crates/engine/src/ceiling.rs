@@ -19,6 +19,21 @@ pub struct CeilingResult {
     pub ms_per_step_median: f64,
 }
 
+/// A runtime and a fixed prompt of about `tokens` tokens.
+fn setup<'m>(
+    model: &'m LoadedModel,
+    params: &RuntimeParams,
+    tokens: usize,
+) -> Result<(crate::model::Runtime<'m>, Vec<crate::model::TokenId>), StepError> {
+    let rt = model
+        .new_runtime(params)
+        .map_err(|e| StepError::Decode(e.to_string()))?;
+    let base = "The lighthouse keeper climbed the stairs at dusk and watched the sea. ";
+    let mut prompt = model.tokenize(&base.repeat(tokens / 12 + 1), true, false);
+    prompt.truncate(tokens);
+    Ok((rt, prompt))
+}
+
 /// Prefill `parallel` copies of a ~`prompt_tokens` prompt (one sequence per
 /// step), then decode `steps` tokens for all of them in lockstep.
 pub fn run(
@@ -50,12 +65,7 @@ pub fn run_chunked(
     reps: usize,
     chunk: usize,
 ) -> Result<CeilingResult, StepError> {
-    let mut rt = model
-        .new_runtime(params)
-        .map_err(|e| StepError::Decode(e.to_string()))?;
-    let base = "The lighthouse keeper climbed the stairs at dusk and watched the sea. ";
-    let mut prompt = model.tokenize(&base.repeat(prompt_tokens / 12 + 1), true, false);
-    prompt.truncate(prompt_tokens.max(1));
+    let (mut rt, prompt) = setup(model, params, prompt_tokens.max(1))?;
     let mut decode = Vec::new();
     let mut prefill = Vec::new();
     for _ in 0..reps.max(1) {
@@ -126,12 +136,7 @@ pub fn copy_cost(
     prompt_tokens: usize,
     reps: usize,
 ) -> Result<CopyCost, StepError> {
-    let mut rt = model
-        .new_runtime(params)
-        .map_err(|e| StepError::Decode(e.to_string()))?;
-    let base = "The lighthouse keeper climbed the stairs at dusk and watched the sea. ";
-    let mut prompt = model.tokenize(&base.repeat(prompt_tokens / 12 + 1), true, false);
-    prompt.truncate(prompt_tokens.max(2));
+    let (mut rt, prompt) = setup(model, params, prompt_tokens.max(2))?;
     let n = prompt.len();
     let median = |mut v: Vec<f64>| {
         v.sort_by(|a, b| a.total_cmp(b));
