@@ -107,8 +107,8 @@ impl PrefixCache {
     ///
     /// Retention: a takeover destroys the entry's tokens after the shared
     /// prefix. It is taken when it reuses at least as much as it destroys
-    /// (a repeated prompt, the next turn of a conversation), or when no slot
-    /// is free (something must go anyway). Otherwise a long shared prefix is
+    /// (a repeated prompt, the next turn of a conversation), when no slot is
+    /// free (something must go anyway), or on the LRU entry (the next to go). Otherwise a long shared prefix is
     /// copied out of the entry (which stays), and a short one (a chat
     /// template's first tokens) is recomputed in a free slot.
     pub fn lookup<'a>(
@@ -140,10 +140,15 @@ impl PrefixCache {
                 )
             })
             .collect();
+        // The least recently used entry is the next to be evicted anyway:
+        // reusing its prefix costs the cache nothing it would keep.
+        let lru = self.lru_slot(&[]);
         let takeover = longest(
             &mut matches
                 .iter()
-                .filter(|&&(len, s, n)| !fragments(s) && (n - len <= len || !free_slot))
+                .filter(|&&(len, s, n)| {
+                    !fragments(s) && (n - len <= len || !free_slot || Some(s) == lru)
+                })
                 .map(|&(len, s, _)| (len, s)),
         );
         let matches: Vec<(usize, usize)> = matches.iter().map(|&(l, s, _)| (l, s)).collect();
@@ -338,7 +343,8 @@ mod tests {
     #[test]
     fn a_short_match_keeps_a_long_entry_while_a_slot_is_free() {
         let long: Vec<TokenId> = (1..60).collect();
-        let c = cache_with(&[(0, 1, &long)]);
+        // (The other entry is older: the LRU, next to be evicted.)
+        let c = cache_with(&[(5, 1, &[7, 7]), (0, 1, &long)]);
         // Only the first 3 tokens match: taking the slot over would destroy
         // 56 cached tokens to reuse 3. With a free slot: recompute.
         assert_eq!(
@@ -360,6 +366,12 @@ mod tests {
                 |_| false,
                 false
             ),
+            Some(Reuse::Takeover { slot: 0, len: 3 })
+        );
+        // The LRU entry is the next to go anyway: reuse what matches.
+        let lru = cache_with(&[(0, 1, &long), (5, 1, &[7, 7])]);
+        assert_eq!(
+            lru.lookup(key(1), &[1, 2, 3, 9], std::iter::empty(), |_| false, true),
             Some(Reuse::Takeover { slot: 0, len: 3 })
         );
         // A long shared prefix that is not most of the entry: copied out.
