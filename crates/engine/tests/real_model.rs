@@ -349,3 +349,26 @@ async fn long_prompt_does_not_freeze_decoders_and_outputs_match_solo() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logit_bias_bans_and_forces_tokens_on_the_real_model() {
+    let h = engine(2, 64).await;
+    let toks = prompt_tokens(&h, "What is the capital of France?").await;
+    let (_, plain) = run(&h, request(toks.clone(), 4, greedy())).await;
+    let first = plain.output_tokens[0];
+    // -100 on the greedy choice: another token comes first.
+    let banned = SamplingParams {
+        logit_bias: vec![(first, -100.0)],
+        ..greedy()
+    };
+    let (_, f) = run(&h, request(toks.clone(), 4, banned)).await;
+    assert_ne!(f.output_tokens[0], first);
+    assert!(!f.output_tokens.contains(&first));
+    // +100 on an unlikely token: it is chosen every step.
+    let forced = SamplingParams {
+        logit_bias: vec![(1000, 100.0)],
+        ..greedy()
+    };
+    let (_, f) = run(&h, request(toks, 4, forced)).await;
+    assert_eq!(f.output_tokens, vec![1000; 4]);
+}

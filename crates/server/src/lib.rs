@@ -294,6 +294,18 @@ async fn run(
         Api::Chat => validate::chat(&body, seq)?,
         Api::Completion => validate::completion(&body, seq, engine.preparer().n_vocab())?,
     };
+    let n_vocab = engine.preparer().n_vocab();
+    if let Some(&(t, _)) = spec
+        .sampling
+        .logit_bias
+        .iter()
+        .find(|b| b.0 as usize >= n_vocab)
+    {
+        return Err(ApiError::invalid_value(
+            format!("`logit_bias` names token {t}, outside the vocabulary (0..{n_vocab})"),
+            "logit_bias",
+        ));
+    }
     let served = &engine.config().served_name;
     if let Some(m) = spec.model.as_deref() {
         if !m.is_empty() && m != served {

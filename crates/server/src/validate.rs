@@ -124,16 +124,7 @@ fn fields(s: SamplingFields, request_seq: u64, completions: bool) -> Result<GenS
             },
         },
     };
-    match &s.logit_bias {
-        None | Some(Value::Null) => {}
-        Some(Value::Object(m)) if m.is_empty() => {}
-        Some(_) => {
-            return Err(ApiError::unsupported(
-                "`logit_bias` is not supported yet",
-                "logit_bias",
-            ))
-        }
-    }
+    let logit_bias = parse_logit_bias(s.logit_bias.as_ref())?;
     let temperature = range(s.temperature, "temperature", 0.0, 2.0, 1.0)?;
     let top_p = range(s.top_p, "top_p", 0.0, 1.0, 1.0)?;
     if top_p == 0.0 {
@@ -206,6 +197,7 @@ fn fields(s: SamplingFields, request_seq: u64, completions: bool) -> Result<GenS
             frequency_penalty,
             presence_penalty,
             seed,
+            logit_bias,
         },
         max_tokens,
         stop,
@@ -229,6 +221,47 @@ fn fields(s: SamplingFields, request_seq: u64, completions: bool) -> Result<GenS
 }
 
 /// A seed for requests that give none: distinct per request.
+/// OpenAI `logit_bias`: an object from token IDs (as strings) to biases
+/// in [-100, 100], at most 300 entries. Token IDs are checked against the
+/// vocabulary by the handler. Sorted by token for the sampler.
+fn parse_logit_bias(v: Option<&Value>) -> Result<Vec<(i32, f32)>, ApiError> {
+    let bad = |m: String| ApiError::invalid_value(&m, "logit_bias");
+    let m = match v {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Object(m)) => m,
+        Some(_) => {
+            return Err(bad(
+                "`logit_bias` must be an object mapping token IDs to biases".into(),
+            ))
+        }
+    };
+    if m.len() > 300 {
+        return Err(bad(format!(
+            "`logit_bias` may name at most 300 tokens, not {}",
+            m.len()
+        )));
+    }
+    let mut out = Vec::with_capacity(m.len());
+    for (k, v) in m {
+        let t: i32 = k
+            .parse()
+            .ok()
+            .filter(|t| *t >= 0)
+            .ok_or_else(|| bad(format!("`logit_bias` key {k:?} is not a token ID")))?;
+        let b = v
+            .as_f64()
+            .filter(|b| (-100.0..=100.0).contains(b))
+            .ok_or_else(|| {
+                bad(format!(
+                    "`logit_bias` for token {k} must be a number from -100 to 100"
+                ))
+            })?;
+        out.push((t, b as f32));
+    }
+    out.sort_by_key(|b| b.0);
+    Ok(out)
+}
+
 fn fresh_seed(request_seq: u64) -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();

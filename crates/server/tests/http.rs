@@ -256,6 +256,30 @@ async fn every_bad_input_gets_an_openai_error() {
         ),
         (
             c,
+            format!(r#"{{{msgs},"logit_bias":{{"abc":5}}}}"#),
+            400,
+            "invalid_value",
+        ),
+        (
+            c,
+            format!(r#"{{{msgs},"logit_bias":{{"12":500}}}}"#),
+            400,
+            "invalid_value",
+        ),
+        (
+            c,
+            format!(r#"{{{msgs},"logit_bias":{{"99999999":1}}}}"#),
+            400,
+            "invalid_value",
+        ),
+        (
+            c,
+            format!(r#"{{{msgs},"logit_bias":[1,2]}}"#),
+            400,
+            "invalid_value",
+        ),
+        (
+            c,
             format!(r#"{{{msgs},"max_tokens":100000}}"#),
             400,
             "context_length_exceeded",

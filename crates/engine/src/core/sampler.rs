@@ -29,6 +29,9 @@ pub struct SamplingParams {
     pub frequency_penalty: f32,
     pub presence_penalty: f32,
     pub seed: u64,
+    /// OpenAI `logit_bias`: added to a token's logit before sampling
+    /// (greedy too), sorted by token. -100 bans a token, +100 forces it.
+    pub logit_bias: Vec<(TokenId, f32)>,
 }
 
 impl Default for SamplingParams {
@@ -42,6 +45,7 @@ impl Default for SamplingParams {
             frequency_penalty: 0.0,
             presence_penalty: 0.0,
             seed: 0,
+            logit_bias: Vec::new(),
         }
     }
 }
@@ -167,6 +171,7 @@ impl Sampler {
         self.p.repetition_penalty != 1.0
             || self.p.frequency_penalty != 0.0
             || self.p.presence_penalty != 0.0
+            || !self.p.logit_bias.is_empty()
     }
 
     fn penalized(&self, t: TokenId, logit: f32) -> f32 {
@@ -180,6 +185,9 @@ impl Sampler {
         }
         if let Some(&c) = self.generated.get(&t) {
             l -= self.p.frequency_penalty * c as f32 + self.p.presence_penalty;
+        }
+        if let Ok(i) = self.p.logit_bias.binary_search_by_key(&t, |b| b.0) {
+            l += self.p.logit_bias[i].1;
         }
         l
     }
@@ -304,6 +312,23 @@ mod tests {
         assert_eq!(s.sample(&l, &[]), 3);
         // Banned best (ignore_eos): the next best, lowest index on ties.
         assert_eq!(s.sample(&l, &[3]), 7);
+    }
+
+    #[test]
+    fn logit_bias_bans_and_forces_tokens_greedy_and_sampled() {
+        let l = logits();
+        let best = argmax(&l);
+        let p = |bias: Vec<(TokenId, f32)>, temperature| SamplingParams {
+            temperature,
+            logit_bias: bias,
+            ..Default::default()
+        };
+        let mut s = Sampler::new(p(vec![(best, -100.0)], 0.0), &[]);
+        assert_ne!(s.sample(&l, &[]), best);
+        let mut s = Sampler::new(p(vec![(5, 100.0)], 0.0), &[]);
+        assert_eq!(s.sample(&l, &[]), 5);
+        let mut s = Sampler::new(p(vec![(5, 100.0)], 1.0), &[]);
+        assert!((0..20).all(|_| s.sample(&l, &[]) == 5));
     }
 
     #[test]
