@@ -35,27 +35,8 @@ fn setup<'m>(
 }
 
 /// Prefill `parallel` copies of a ~`prompt_tokens` prompt (one sequence per
-/// step), then decode `steps` tokens for all of them in lockstep.
-pub fn run(
-    model: &LoadedModel,
-    params: &RuntimeParams,
-    parallel: usize,
-    prompt_tokens: usize,
-    steps: usize,
-    reps: usize,
-) -> Result<CeilingResult, StepError> {
-    run_chunked(
-        model,
-        params,
-        parallel,
-        prompt_tokens,
-        steps,
-        reps,
-        usize::MAX,
-    )
-}
-
-/// As `run`, with each prompt prefilled in chunks of `chunk` tokens.
+/// step, in chunks of `chunk` tokens), then decode `steps` tokens for all of
+/// them in lockstep.
 pub fn run_chunked(
     model: &LoadedModel,
     params: &RuntimeParams,

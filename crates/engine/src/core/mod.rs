@@ -18,9 +18,11 @@ pub mod backend;
 #[cfg(test)]
 mod fake;
 pub mod prefix;
+mod reap;
 pub mod sampler;
 pub mod scheduler;
 mod sequence;
+mod slots;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -30,7 +32,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 
 use crate::model::{LoadError, LoadedModel, RuntimeParams, Vocab};
-use crate::stats::{CancelState, EngineStats};
+use crate::stats::EngineStats;
 use crate::stream::{Event, GenerationError};
 use crate::{Command, EngineConfig, GenerateRequest};
 use admission::{Ledger, StateModel};
@@ -38,6 +40,7 @@ use backend::Backend;
 use prefix::{PrefixCache, PrefixKey, Reuse};
 use scheduler::{SeqView, StepCostModel, StepLimits};
 use sequence::{Outcome, SeqLimits, Sequence};
+use slots::fragments;
 
 pub(crate) struct Submission {
     pub req: GenerateRequest,
@@ -185,6 +188,7 @@ pub(crate) struct Owner<B: Backend> {
     state_model: StateModel,
     ledger: Ledger,
     ctx_limit: u32,
+    /// Slots holding nothing (unordered: `take_slot` chooses).
     free_slots: Vec<usize>,
     waiting: VecDeque<Waiting>,
     /// Admitted sequences, oldest first.
@@ -205,10 +209,9 @@ pub(crate) struct Owner<B: Backend> {
     last_step: Option<(f64, usize)>,
     cache: PrefixCache,
     prefix_key: PrefixKey,
-    /// Cached slots that are copy sources for the coming step.
+    /// Cached slots that are copy sources in this admission pass (the copy
+    /// runs at the start of this iteration's step).
     pinned: Vec<usize>,
-    /// Whole-stream copies submitted this iteration (timed with the step).
-    copies_pending: usize,
 }
 
 impl<B: Backend> Owner<B> {
@@ -234,7 +237,7 @@ impl<B: Backend> Owner<B> {
             state_model,
             ledger: Ledger::new(u64::from(c.ctx_per_seq) * c.max_seqs as u64),
             ctx_limit,
-            free_slots: (0..c.max_seqs).rev().collect(),
+            free_slots: (0..c.max_seqs).collect(),
             waiting: VecDeque::new(),
             seqs: Vec::new(),
             draining: Vec::new(),
@@ -254,7 +257,6 @@ impl<B: Backend> Owner<B> {
             ),
             prefix_key: args.prefix_key,
             pinned: Vec::new(),
-            copies_pending: 0,
             config: c,
         }
     }
@@ -327,150 +329,6 @@ impl<B: Backend> Owner<B> {
         self.queued.fetch_sub(1, Ordering::AcqRel);
     }
 
-    /// Count a cancellation and its latency (from when it was noticed).
-    fn record_cancel(&mut self, state: CancelState, noticed: Option<Instant>) {
-        let ms = noticed.map_or(0.0, |t| t.elapsed().as_secs_f64() * 1e3);
-        let samples = &mut self.cancel_samples[state.index()];
-        if samples.len() == 4096 {
-            samples.pop_front();
-        }
-        samples.push_back(ms);
-        let mut sorted: Vec<f64> = samples.iter().copied().collect();
-        sorted.sort_by(|a, b| a.total_cmp(b));
-        let q =
-            |p: f64| sorted[((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1];
-        let quantiles = [q(0.5), q(0.99), sorted[sorted.len() - 1]];
-        self.stats.send_modify(|s| {
-            s.requests_cancelled += 1;
-            s.cancelled_by_state[state.index()] += 1;
-            s.cancel_latency[state.index()].observe(ms);
-            s.cancel_latency_quantiles[state.index()] = quantiles;
-        });
-    }
-
-    /// End of a drain: every queued and admitted request ends with `Shutdown`.
-    fn cancel_all(&mut self) {
-        while let Some(w) = self.waiting.pop_front() {
-            let _ = w
-                .sub
-                .outbox
-                .try_send(Event::Error(GenerationError::Shutdown));
-            self.dequeue();
-        }
-        while let Some(seq) = self.seqs.pop() {
-            self.retire(seq, Some(Outcome::Failed(GenerationError::Shutdown)));
-        }
-    }
-
-    /// Explicit cancel: idempotent; unknown or retired IDs are ignored.
-    fn cancel_by_id(&mut self, id: &str) {
-        let t = Instant::now();
-        if let Some(i) = self.waiting.iter().position(|w| w.sub.req.id == id) {
-            if let Some(w) = self.waiting.remove(i) {
-                let _ = w
-                    .sub
-                    .outbox
-                    .try_send(Event::Error(GenerationError::Cancelled));
-            }
-            self.dequeue();
-            self.record_cancel(CancelState::Queued, Some(t));
-        } else if let Some(i) = self.seqs.iter().position(|s| s.id == id) {
-            let seq = self.seqs.remove(i);
-            let state = seq.cancel_state();
-            self.retire(seq, Some(Outcome::Failed(GenerationError::Cancelled)));
-            self.record_cancel(state, Some(t));
-        }
-    }
-
-    /// Drop waiting requests whose client left or whose time ran out, and
-    /// end admitted sequences whose client left, whose deadline passed, or
-    /// whose reader lags past the policy.
-    fn reap(&mut self) {
-        let now = Instant::now();
-        let timeout = self.config.queue_timeout;
-        let mut i = 0;
-        while i < self.waiting.len() {
-            let w = &self.waiting[i];
-            let err = if w.sub.outbox.is_closed() {
-                None
-            } else if w.sub.req.deadline.is_some_and(|d| now >= d) {
-                let secs = w.sub.req.deadline.map_or(0.0, |d| {
-                    d.saturating_duration_since(w.sub.req.arrival).as_secs_f64()
-                });
-                Some(GenerationError::DeadlineExceeded(secs))
-            } else if timeout.is_some_and(|t| w.enqueued.elapsed() >= t) {
-                Some(GenerationError::QueueTimeout(
-                    w.enqueued.elapsed().as_secs_f64(),
-                ))
-            } else {
-                i += 1;
-                continue;
-            };
-            let Some(w) = self.waiting.remove(i) else {
-                break;
-            };
-            self.dequeue();
-            match err {
-                None => {
-                    tracing::debug!(request_id = %w.sub.req.id, "cancelled while queued");
-                    self.record_cancel(CancelState::Queued, w.sub.note.noticed());
-                }
-                Some(e) => {
-                    tracing::info!(request_id = %w.sub.req.id, error = %e, "ended while queued");
-                    self.stats.send_modify(|s| match e {
-                        GenerationError::DeadlineExceeded(_) => s.requests_deadline_exceeded += 1,
-                        _ => s.requests_timed_out_in_queue += 1,
-                    });
-                    let _ = w.sub.outbox.try_send(Event::Error(e));
-                }
-            }
-        }
-        let mut i = 0;
-        while i < self.seqs.len() {
-            let seq = &self.seqs[i];
-            let lag = seq.lag_tokens();
-            let end = if seq.outbox.is_closed() {
-                Some(None)
-            } else if seq.deadline.is_some_and(|d| now >= d) {
-                let secs = seq.deadline.map_or(0.0, |d| {
-                    d.saturating_duration_since(seq.arrival()).as_secs_f64()
-                });
-                Some(Some(GenerationError::DeadlineExceeded(secs)))
-            } else if seq.lagging()
-                && (self.config.slow_reader == crate::SlowReaderPolicy::Terminate
-                    || seq
-                        .paused_since
-                        .zip(self.config.slow_reader_timeout)
-                        .is_some_and(|(since, limit)| since.elapsed() >= limit))
-            {
-                Some(Some(GenerationError::SlowReader(lag)))
-            } else {
-                None
-            };
-            let Some(end) = end else {
-                i += 1;
-                continue;
-            };
-            let seq = self.seqs.remove(i);
-            match end {
-                None => {
-                    tracing::debug!(request_id = %seq.id, "cancelled (client gone)");
-                    let (state, noticed) = (seq.cancel_state(), seq.note.noticed());
-                    self.retire(seq, None);
-                    self.record_cancel(state, noticed);
-                }
-                Some(e) => {
-                    tracing::info!(request_id = %seq.id, error = %e, "ended");
-                    self.stats.send_modify(|s| match e {
-                        GenerationError::DeadlineExceeded(_) => s.requests_deadline_exceeded += 1,
-                        _ => s.requests_slow_reader_terminated += 1,
-                    });
-                    self.retire(seq, Some(Outcome::Failed(e)));
-                }
-            }
-        }
-    }
-
     /// Admit from the head of the queue (arrival order) while a slot is free
     /// and the ledger can reserve prompt + max_tokens.
     fn admit(&mut self) {
@@ -491,6 +349,7 @@ impl<B: Backend> Owner<B> {
         } else {
             usize::MAX
         };
+        self.pinned.clear();
         while let Some(w) = self.waiting.front() {
             if budget == 0 {
                 break;
@@ -510,7 +369,7 @@ impl<B: Backend> Owner<B> {
             }
             let reuse = if eligible {
                 let live = self.seqs.iter().map(|s| (s.slot, s.computed_prompt()));
-                let busy: Vec<usize> = self.seqs.iter().map(|s| s.slot).collect();
+                let busy = self.busy_slots();
                 let free = !self.free_slots.is_empty();
                 self.cache.lookup(
                     self.prefix_key,
@@ -562,7 +421,7 @@ impl<B: Backend> Owner<B> {
                     };
                     self.rt.copy_slot(src_slot, dst);
                     self.rt.truncate_slot(dst, len as u32);
-                    self.copies_pending += 1;
+                    self.stats.send_modify(|s| s.prefix_copies += 1);
                     (dst, len)
                 }
                 _ => match self.take_slot() {
@@ -596,7 +455,14 @@ impl<B: Backend> Owner<B> {
         }
     }
 
-    fn step(&mut self) {
+    /// This step's prompt budget and expedited prompts: the step-time
+    /// target sizes the budget by the learned cost of prompt tokens at their
+    /// context position; overdue short prompts (TTFT target) are added on
+    /// top, twice their tokens so the oldest prompt keeps half, capped so no
+    /// step outlasts the TTFT target itself.
+    fn set_budget(&mut self) {
+        let max = max_step_prompt(&self.config);
+        let decoding = self.seqs.iter().any(Sequence::is_decoding);
         // Where the next prompt tokens start: the furthest prefilling
         // sequence (the dearest tokens).
         let ctx = self
@@ -606,62 +472,57 @@ impl<B: Backend> Owner<B> {
             .map(|s| s.computed_prompt().len())
             .max()
             .unwrap_or(0) as f64;
-        self.limits.prompt_budget = match self.config.target_step_ms {
-            Some(target) => {
-                let decoding = self.seqs.iter().any(Sequence::is_decoding);
-                self.cost.budget(
-                    target,
-                    decoding,
-                    self.config.min_prompt_budget,
-                    self.config.prompt_budget,
-                    ctx,
-                )
-            }
-            None => self.config.prompt_budget,
+        let configured = self.config.prompt_budget;
+        let mut base = match self.config.target_step_ms {
+            Some(target) => self.cost.budget(
+                target,
+                decoding,
+                self.config.min_prompt_budget,
+                configured,
+                ctx,
+            ),
+            None => configured,
         };
         // A budget just short of an efficient chunk buys fewer tokens for
         // more time than the efficient chunk (measured 1.6× per token at
-        // long context): round it up.
-        let b = self.limits.prompt_budget;
+        // long context): round it up, unless the configured maximum is lower.
         let eff = scheduler::EFFICIENT_CHUNK;
-        if b < eff && b * 3 >= eff * 2 && b < self.config.prompt_budget.max(eff) {
-            self.limits.prompt_budget = eff.min(max_step_prompt(&self.config));
+        if base < eff && base * 3 >= eff * 2 && configured >= eff {
+            base = eff;
         }
-        if let Some(ttft) = self.config.ttft_target_ms {
-            let now = Instant::now();
-            let prompts: Vec<(u64, usize, bool)> = self
-                .seqs
-                .iter()
-                .filter(|s| !s.is_decoding())
-                .map(|s| {
-                    let waited = now.saturating_duration_since(s.arrival()).as_secs_f64() * 1e3;
-                    // Short prompts only: the tail of a long prompt is not
-                    // short (its tokens cost most, at long context).
-                    let short = s.prompt.len() <= self.config.expedite_max_tokens;
-                    (s.key, s.prompt_left(), short && waited >= ttft)
-                })
-                .collect();
-            let (keys, tokens) = scheduler::overdue(
-                &prompts,
-                self.config.expedite_max_tokens,
-                self.config.expedite_max_seqs,
-            );
-            self.limits.expedite = keys;
-            // No step longer than the TTFT target itself: on a slow format or
-            // beside many decoders an overdue prompt gets what fits.
-            let base = self.limits.prompt_budget;
-            let cap = match self.config.target_step_ms {
-                Some(_) => {
-                    let decoding = self.seqs.iter().any(Sequence::is_decoding);
-                    let max = max_step_prompt(&self.config);
-                    self.cost.budget(ttft, decoding, base, max, ctx)
-                }
-                None => max_step_prompt(&self.config),
-            };
-            // Twice the overdue tokens: the oldest prompt keeps half of
-            // every step (a long prompt is not slowed by expedited ones).
-            self.limits.prompt_budget = (base + 2 * tokens).min(cap.max(base));
-        }
+        self.limits.expedite.clear();
+        self.limits.prompt_budget = base;
+        let Some(ttft) = self.config.ttft_target_ms else {
+            return;
+        };
+        let now = Instant::now();
+        let prompts: Vec<(u64, usize, bool)> = self
+            .seqs
+            .iter()
+            .filter(|s| !s.is_decoding())
+            .map(|s| {
+                let waited = now.saturating_duration_since(s.arrival()).as_secs_f64() * 1e3;
+                // Short prompts only: the tail of a long prompt is not short
+                // (its tokens cost most, at long context).
+                let short = s.prompt.len() <= self.config.expedite_max_tokens;
+                (s.key, s.prompt_left(), short && waited >= ttft)
+            })
+            .collect();
+        let (keys, tokens) = scheduler::overdue(
+            &prompts,
+            self.config.expedite_max_tokens,
+            self.config.expedite_max_seqs,
+        );
+        self.limits.expedite = keys;
+        let cap = match self.config.target_step_ms {
+            Some(_) => self.cost.budget(ttft, decoding, base, max, ctx),
+            None => max,
+        };
+        self.limits.prompt_budget = (base + 2 * tokens).min(cap.max(base));
+    }
+
+    fn step(&mut self) {
+        self.set_budget();
         let views: Vec<SeqView> = self.seqs.iter().map(Sequence::view).collect();
         let plan = scheduler::plan(&views, &self.limits);
         if plan.is_empty() {
@@ -726,11 +587,6 @@ impl<B: Backend> Owner<B> {
             return;
         }
         let n_prompt: usize = plan.chunks.iter().map(|c| c.len).sum();
-        let copies = std::mem::take(&mut self.copies_pending) as u64;
-        self.pinned.clear();
-        if copies > 0 {
-            self.stats.send_modify(|s| s.prefix_copies += copies);
-        }
         for c in &plan.chunks {
             if let Some(seq) = self.seqs.iter_mut().find(|s| s.key == c.key) {
                 seq.chunk_done(c);
@@ -809,7 +665,7 @@ impl<B: Backend> Owner<B> {
         };
         if tokens.is_empty() {
             self.rt.clear_slot(seq.slot);
-            self.free_slot(seq.slot);
+            self.free_slots.push(seq.slot);
         } else {
             self.rt.truncate_slot(seq.slot, tokens.len() as u32);
             self.cache.insert(prefix::Entry {
@@ -840,62 +696,6 @@ impl<B: Backend> Owner<B> {
         if flush(&mut d) {
             self.draining.push(d);
         }
-    }
-
-    /// Some admitted sequence is still prefilling a prefix of `prompt` of at
-    /// least `--prefix-copy-min` tokens.
-    fn sharing_pending(&self, prompt: &[crate::model::TokenId]) -> bool {
-        let cap = prompt.len().saturating_sub(1);
-        self.seqs.iter().any(|s| {
-            let shared = prefix::common_prefix(&s.prompt, prompt).min(cap);
-            shared >= self.cache.copy_min && s.computed_prompt().len() < shared
-        })
-    }
-
-    /// Return an empty slot. Lowest first (`pop` takes the smallest): busy
-    /// slots stay contiguous, see `step`.
-    fn free_slot(&mut self, slot: usize) {
-        self.free_slots.push(slot);
-        self.free_slots.sort_unstable_by(|a, b| b.cmp(a));
-    }
-
-    /// Drop a cached entry's cells; its slot becomes free.
-    fn evict(&mut self, slot: usize) {
-        if self.cache.take(slot).is_some() {
-            let t = Instant::now();
-            self.rt.clear_slot(slot);
-            let ms = t.elapsed().as_secs_f64() * 1e3;
-            self.free_slot(slot);
-            self.ledger.set_cached(self.cache.cells());
-            self.stats.send_modify(|s| {
-                s.prefix_evictions += 1;
-                s.prefix_eviction_ms_total += ms;
-            });
-        }
-    }
-
-    /// An empty slot for a new sequence, free or only cached (that entry is
-    /// evicted). Busy slots stay contiguous first (see `fragments`), then a
-    /// free slot beats a cached one, then the lowest, then the LRU entry.
-    fn take_slot(&mut self) -> Option<usize> {
-        let busy: Vec<usize> = self.seqs.iter().map(|s| s.slot).collect();
-        let best = self
-            .free_slots
-            .iter()
-            .map(|&s| (fragments(&busy, s), false, s))
-            .chain(
-                self.cache
-                    .slots()
-                    .filter(|s| !self.pinned.contains(s))
-                    .map(|s| (fragments(&busy, s), true, s)),
-            )
-            .min()?;
-        let (_, cached, slot) = best;
-        if cached {
-            self.evict(slot);
-        }
-        let i = self.free_slots.iter().position(|&s| s == slot)?;
-        Some(self.free_slots.remove(i))
     }
 
     fn flush_draining(&mut self) {
@@ -944,6 +744,7 @@ impl<B: Backend> Owner<B> {
                 s.waiting,
                 s.paused,
                 s.live_outboxes,
+                s.kv_cells_cached,
             );
             s.running = running;
             s.prefilling = prefilling;
@@ -970,7 +771,14 @@ impl<B: Backend> Owner<B> {
             live_changed
                 || before
                     != (
-                        running, prefilling, used, reserved, waiting, paused, outboxes,
+                        running,
+                        prefilling,
+                        used,
+                        reserved,
+                        waiting,
+                        paused,
+                        outboxes,
+                        cached_cells,
                     )
         });
     }
@@ -992,16 +800,6 @@ impl<B: Backend> Owner<B> {
         self.stats.send_modify(|s| s.stopped = true);
         tracing::info!("engine stopped");
     }
-}
-
-/// Whether running a sequence in `slot` adds a run of consecutive busy
-/// slots. With per-slot KV streams llama.cpp makes one pass over the weights
-/// per run every step (see `Owner::step`).
-fn fragments(busy: &[usize], slot: usize) -> bool {
-    !busy.is_empty()
-        && !busy
-            .iter()
-            .any(|&b| b + 1 == slot || slot + 1 == b || b == slot)
 }
 
 /// Try to deliver queued events; true while some remain (and the client is

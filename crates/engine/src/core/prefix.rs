@@ -108,9 +108,10 @@ impl PrefixCache {
     /// Retention: a takeover destroys the entry's tokens after the shared
     /// prefix. It is taken when it reuses at least as much as it destroys
     /// (a repeated prompt, the next turn of a conversation), when no slot is
-    /// free (something must go anyway), or on the LRU entry (the next to go). Otherwise a long shared prefix is
-    /// copied out of the entry (which stays), and a short one (a chat
-    /// template's first tokens) is recomputed in a free slot.
+    /// free (something must go anyway), or on the LRU entry (the next to
+    /// go). Otherwise a long shared prefix is copied out of the entry (which
+    /// stays), and a short one (a chat template's first tokens) is
+    /// recomputed in a free slot.
     pub fn lookup<'a>(
         &self,
         key: PrefixKey,
@@ -151,11 +152,10 @@ impl PrefixCache {
                 })
                 .map(|&(len, s, _)| (len, s)),
         );
-        let matches: Vec<(usize, usize)> = matches.iter().map(|&(l, s, _)| (l, s)).collect();
         let copy = longest(
             &mut matches
                 .iter()
-                .copied()
+                .map(|&(len, s, _)| (len, s))
                 .chain(live.map(|(slot, toks)| (common_prefix(toks, prompt).min(cap), slot))),
         )
         .filter(|&(len, _)| len >= self.copy_min);

@@ -86,7 +86,6 @@ impl Rng {
     }
 }
 
-/// Index of the largest logit (lowest index on ties): greedy decoding.
 /// Index of the largest logit, the lowest index on ties (NaN never wins).
 /// Two passes that vectorize: the maximum over 16 lanes, then its first
 /// position (a per-element branch on the index does not vectorize; this is

@@ -1,0 +1,75 @@
+//! Slot placement: which slot a new sequence gets, and the prefix cache's
+//! evictions. Owner-thread only, like the rest of `core`.
+//!
+//! With per-slot KV streams llama.cpp makes one pass over the weights per
+//! run of consecutive busy slot ids, every step (see `Owner::step`), so a
+//! new sequence goes next to the busy ones whenever it can.
+
+use super::backend::Backend;
+use super::{prefix, Owner};
+use crate::model::TokenId;
+
+impl<B: Backend> Owner<B> {
+    /// Some admitted sequence is still prefilling a prefix of `prompt` of at
+    /// least `--prefix-copy-min` tokens.
+    pub(super) fn sharing_pending(&self, prompt: &[TokenId]) -> bool {
+        let cap = prompt.len().saturating_sub(1);
+        self.seqs.iter().any(|s| {
+            let shared = prefix::common_prefix(&s.prompt, prompt).min(cap);
+            shared >= self.cache.copy_min && s.computed_prompt().len() < shared
+        })
+    }
+
+    /// Busy slot ids, for `fragments`.
+    pub(super) fn busy_slots(&self) -> Vec<usize> {
+        self.seqs.iter().map(|s| s.slot).collect()
+    }
+
+    /// Drop a cached entry's cells; its slot becomes free.
+    pub(super) fn evict(&mut self, slot: usize) {
+        if self.cache.take(slot).is_some() {
+            let t = std::time::Instant::now();
+            self.rt.clear_slot(slot);
+            let ms = t.elapsed().as_secs_f64() * 1e3;
+            self.free_slots.push(slot);
+            self.ledger.set_cached(self.cache.cells());
+            self.stats.send_modify(|s| {
+                s.prefix_evictions += 1;
+                s.prefix_eviction_ms_total += ms;
+            });
+        }
+    }
+
+    /// An empty slot for a new sequence, free or only cached (that entry is
+    /// evicted; never a slot pinned as a copy source). Busy slots stay
+    /// contiguous first, then a free slot beats a cached one, then the
+    /// lowest id.
+    pub(super) fn take_slot(&mut self) -> Option<usize> {
+        let busy = self.busy_slots();
+        let (_, cached, slot) = self
+            .free_slots
+            .iter()
+            .map(|&s| (fragments(&busy, s), false, s))
+            .chain(
+                self.cache
+                    .slots()
+                    .filter(|s| !self.pinned.contains(s))
+                    .map(|s| (fragments(&busy, s), true, s)),
+            )
+            .min()?;
+        if cached {
+            self.evict(slot);
+        }
+        let i = self.free_slots.iter().position(|&s| s == slot)?;
+        Some(self.free_slots.swap_remove(i))
+    }
+}
+
+/// Whether running a sequence in `slot` adds a run of consecutive busy
+/// slots.
+pub(super) fn fragments(busy: &[usize], slot: usize) -> bool {
+    !busy.is_empty()
+        && !busy
+            .iter()
+            .any(|&b| b + 1 == slot || slot + 1 == b || b == slot)
+}
