@@ -6,9 +6,9 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 venv="$root/target/pyenv"
-if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import openai, prometheus_client' 2>/dev/null; then
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import openai, prometheus_client, jsonschema' 2>/dev/null; then
   python3 -m venv "$venv"
-  "$venv/bin/pip" install --quiet 'openai>=1.40,<4' 'prometheus-client>=0.17'
+  "$venv/bin/pip" install --quiet 'openai>=1.40,<4' 'prometheus-client>=0.17' 'jsonschema>=4'
 fi
 port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
 log="$root/target/openai-check-server.log"

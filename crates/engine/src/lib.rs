@@ -6,6 +6,7 @@
 //! [`RequestStream`] cancels its request.
 
 pub mod ceiling;
+pub mod constraint;
 pub mod core;
 pub mod detok;
 pub mod fetch;
@@ -164,6 +165,9 @@ pub struct GenerateRequest {
     pub tokenized: Instant,
     /// End the request (whatever its state) at this instant.
     pub deadline: Option<Instant>,
+    /// Grammar the output must match (compiled by
+    /// `Preparer::constraint`); `ignore_eos` does not apply under one.
+    pub constraint: Option<constraint::Constraint>,
 }
 
 #[derive(Debug, thiserror::Error, Clone, PartialEq)]

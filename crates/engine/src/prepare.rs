@@ -17,6 +17,7 @@ use minijinja::{context, Environment, Error as JinjaError, ErrorKind};
 use serde::Serialize;
 use tokio::sync::oneshot;
 
+use crate::constraint::{Constraint, ConstraintCompiler, Grammar};
 use crate::model::{LoadedModel, TokenId};
 use crate::EngineConfig;
 
@@ -36,13 +37,31 @@ pub enum PrepareError {
     },
     #[error("the engine stopped")]
     Stopped,
+    /// The grammar or schema does not compile; the text says why.
+    #[error("{0}")]
+    Grammar(String),
 }
 
-/// A chat message as the template sees it.
-#[derive(Debug, Clone, Serialize)]
+/// A chat message as the template sees it (Hugging Face conventions:
+/// assistant `tool_calls` as `{id, type, function: {name, arguments}}` with
+/// `arguments` a JSON object, tool results as role `tool`).
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct TemplateMessage {
     pub role: String,
     pub content: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<serde_json::Value>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+/// Tool definitions the template renders, and how.
+#[derive(Debug, Clone)]
+pub struct ToolSpec {
+    /// OpenAI `tools` (`[{type: "function", function: {...}}]`).
+    pub tools: serde_json::Value,
 }
 
 type Job = Box<dyn FnOnce() + Send>;
@@ -57,6 +76,11 @@ pub struct Preparer {
     queue_cap: usize,
     bos_text: String,
     eos_text: String,
+    /// The template renders `tools` itself; otherwise Steward writes them
+    /// into the system message (see `inline_tools`).
+    template_has_tools: bool,
+    /// Built on first use (it walks the whole vocabulary).
+    compiler: Arc<std::sync::OnceLock<Result<ConstraintCompiler, String>>>,
 }
 
 fn raise_exception(msg: String) -> Result<String, JinjaError> {
@@ -73,6 +97,7 @@ impl Preparer {
             tracing::warn!("the GGUF has no chat template; using ChatML");
             FALLBACK_TEMPLATE.to_string()
         });
+        let template_has_tools = source.contains("tools");
         if let Err(e) = env.add_template_owned("chat", source) {
             tracing::warn!(error = %e, "chat template does not compile; using ChatML");
             let _ = env.add_template_owned("chat", FALLBACK_TEMPLATE.to_string());
@@ -109,12 +134,46 @@ impl Preparer {
             queue_cap: cap,
             bos_text,
             eos_text,
+            template_has_tools,
+            compiler: Arc::new(std::sync::OnceLock::new()),
         }
     }
 
+    /// Compile a grammar for one request on the pool (the first call also
+    /// builds the vocabulary's token trie).
+    pub async fn constraint(&self, g: Grammar) -> Result<Constraint, PrepareError> {
+        let model = self.model.clone();
+        let compiler = self.compiler.clone();
+        self.on_pool(move || {
+            let cc = compiler
+                .get_or_init(|| ConstraintCompiler::new(&model.vocab))
+                .as_ref()
+                .map_err(|e| {
+                    PrepareError::Grammar(format!("constrained decoding is unavailable: {e}"))
+                })?;
+            cc.compile(&g).map_err(PrepareError::Grammar)
+        })
+        .await?
+    }
+
     /// Render the chat template (pure; runs on the pool via `chat`).
-    pub fn render_chat(&self, messages: &[TemplateMessage]) -> Result<String, PrepareError> {
-        render(&self.env, messages, &self.bos_text, &self.eos_text)
+    pub fn render_chat(
+        &self,
+        messages: &[TemplateMessage],
+        tools: Option<&ToolSpec>,
+    ) -> Result<String, PrepareError> {
+        let (m, t) = self.tool_messages(messages, tools);
+        render(&self.env, &m, t, &self.bos_text, &self.eos_text)
+    }
+
+    /// Messages and `tools` as this template wants them: passed through when
+    /// it renders tools, otherwise written into the conversation.
+    fn tool_messages<'a>(
+        &self,
+        messages: &[TemplateMessage],
+        tools: Option<&'a ToolSpec>,
+    ) -> (Vec<TemplateMessage>, Option<&'a serde_json::Value>) {
+        tool_messages(self.template_has_tools, messages, tools)
     }
 
     async fn on_pool<T: Send + 'static>(
@@ -134,12 +193,18 @@ impl Preparer {
     }
 
     /// Template + tokenize a chat on the pool.
-    pub async fn chat(&self, messages: Vec<TemplateMessage>) -> Result<Vec<TokenId>, PrepareError> {
+    pub async fn chat(
+        &self,
+        messages: Vec<TemplateMessage>,
+        tools: Option<ToolSpec>,
+    ) -> Result<Vec<TokenId>, PrepareError> {
         let env = self.env.clone();
         let model = self.model.clone();
         let (bos, eos) = (self.bos_text.clone(), self.eos_text.clone());
+        let native = self.template_has_tools;
         self.on_pool(move || {
-            let text = render(&env, &messages, &bos, &eos)?;
+            let (messages, tools) = tool_messages(native, &messages, tools.as_ref());
+            let text = render(&env, &messages, tools, &bos, &eos)?;
             // The template writes BOS itself when the model wants one.
             let toks = model.tokenize(&text, false, true);
             nonempty(toks)
@@ -193,9 +258,103 @@ fn nonempty(t: Vec<TokenId>) -> Result<Vec<TokenId>, PrepareError> {
     }
 }
 
+/// The tool-use instructions Steward writes for a template that does not
+/// render `tools` (the Hermes convention, which Qwen2.5 and many fine-tunes
+/// follow); calls are read back from `<tool_call>` blocks.
+fn tools_preamble(tools: &serde_json::Value) -> String {
+    let mut s = String::from(
+        "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n\
+         You are provided with function signatures within <tools></tools> XML tags:\n<tools>",
+    );
+    for t in tools.as_array().into_iter().flatten() {
+        s.push('\n');
+        s.push_str(&t.to_string());
+    }
+    s.push_str(
+        "\n</tools>\n\nFor each function call, return a json object with function name and \
+         arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n\
+         {\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>",
+    );
+    s
+}
+
+/// The text of one assistant tool call as the model writes it.
+pub fn tool_call_text(name: &str, arguments: &serde_json::Value) -> String {
+    format!(
+        "<tool_call>\n{}\n</tool_call>",
+        serde_json::json!({"name": name, "arguments": arguments})
+    )
+}
+
+fn tool_messages<'a>(
+    native: bool,
+    messages: &[TemplateMessage],
+    tools: Option<&'a ToolSpec>,
+) -> (Vec<TemplateMessage>, Option<&'a serde_json::Value>) {
+    if native {
+        return (messages.to_vec(), tools.map(|t| &t.tools));
+    }
+    let mut out = Vec::with_capacity(messages.len() + 1);
+    if let Some(t) = tools {
+        let pre = tools_preamble(&t.tools);
+        match messages.first() {
+            Some(m) if m.role == "system" || m.role == "developer" => {
+                out.push(TemplateMessage {
+                    role: "system".into(),
+                    content: format!("{}\n\n{pre}", m.content),
+                    ..Default::default()
+                });
+            }
+            _ => out.push(TemplateMessage {
+                role: "system".into(),
+                content: pre,
+                ..Default::default()
+            }),
+        }
+    }
+    let skip = usize::from(
+        tools.is_some()
+            && messages
+                .first()
+                .is_some_and(|m| m.role == "system" || m.role == "developer"),
+    );
+    for m in &messages[skip..] {
+        match m.role.as_str() {
+            "assistant" if m.tool_calls.is_some() => {
+                let mut content = m.content.clone();
+                for c in m.tool_calls.iter().flatten() {
+                    let f = &c["function"];
+                    let name = f["name"].as_str().unwrap_or_default();
+                    if !content.is_empty() {
+                        content.push('\n');
+                    }
+                    content.push_str(&tool_call_text(name, &f["arguments"]));
+                }
+                out.push(TemplateMessage {
+                    role: "assistant".into(),
+                    content,
+                    ..Default::default()
+                });
+            }
+            "tool" => out.push(TemplateMessage {
+                role: "user".into(),
+                content: format!("<tool_response>\n{}\n</tool_response>", m.content),
+                ..Default::default()
+            }),
+            _ => out.push(TemplateMessage {
+                role: m.role.clone(),
+                content: m.content.clone(),
+                ..Default::default()
+            }),
+        }
+    }
+    (out, None)
+}
+
 fn render(
     env: &Environment<'static>,
     messages: &[TemplateMessage],
+    tools: Option<&serde_json::Value>,
     bos: &str,
     eos: &str,
 ) -> Result<String, PrepareError> {
@@ -204,6 +363,7 @@ fn render(
         .map_err(|e| PrepareError::Template(e.to_string()))?;
     tmpl.render(context! {
         messages => messages,
+        tools => tools,
         add_generation_prompt => true,
         bos_token => bos,
         eos_token => eos,
@@ -236,7 +396,7 @@ mod tests {
             "{{ raise_exception('no system role') }}".to_string(),
         )
         .unwrap();
-        let r = render(&env, &[], "", "");
+        let r = render(&env, &[], None, "", "");
         assert!(matches!(r, Err(PrepareError::Template(m)) if m.contains("no system role")));
     }
 
@@ -250,7 +410,9 @@ mod tests {
             &[TemplateMessage {
                 role: "user".into(),
                 content: "hi".into(),
+                ..Default::default()
             }],
+            None,
             "",
             "",
         )

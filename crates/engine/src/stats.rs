@@ -136,6 +136,12 @@ pub struct EngineStats {
     pub prefix_eviction_ms_total: f64,
     pub kv_cells_cached: u64,
     pub prefix_entries: usize,
+    /// Constrained decoding (grammars, JSON schemas, forced tool calls):
+    /// owner-thread time spent masking and advancing, the tokens it covered,
+    /// and the requests that carried a constraint (counted at retirement).
+    pub constraint_ns_total: u64,
+    pub constraint_tokens_total: u64,
+    pub constrained_requests_total: u64,
     /// Every queued and admitted request, refreshed each iteration.
     pub live: Vec<LiveRequest>,
 }

@@ -61,6 +61,9 @@ pub struct Finished {
     /// With `prompt_logprobs`: entry i scores prompt token i + 1.
     pub prompt_logprobs: Option<Vec<TokenLogprob>>,
     pub timings: Timings,
+    /// Owner-thread time spent in the grammar constraint, milliseconds
+    /// (0 without one).
+    pub constraint_ms: f64,
 }
 
 #[derive(Debug, Clone, thiserror::Error, PartialEq)]
@@ -77,6 +80,8 @@ pub enum GenerationError {
     SlowReader(u32),
     #[error("the request was cancelled")]
     Cancelled,
+    #[error("constrained decoding failed: {0}")]
+    Constraint(String),
 }
 
 #[derive(Debug, Clone, PartialEq)]

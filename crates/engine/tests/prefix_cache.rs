@@ -27,11 +27,12 @@ fn msg(role: &str, content: &str) -> TemplateMessage {
     TemplateMessage {
         role: role.into(),
         content: content.into(),
+        ..Default::default()
     }
 }
 
 async fn chat(h: &EngineHandle, m: Vec<TemplateMessage>) -> Vec<TokenId> {
-    h.preparer().chat(m).await.unwrap()
+    h.preparer().chat(m, None).await.unwrap()
 }
 
 fn request(prompt: Vec<TokenId>, max_tokens: u32) -> GenerateRequest {
@@ -50,6 +51,7 @@ fn request(prompt: Vec<TokenId>, max_tokens: u32) -> GenerateRequest {
         arrival: Instant::now(),
         tokenized: Instant::now(),
         deadline: None,
+        constraint: None,
     }
 }
 

@@ -29,10 +29,14 @@ fn greedy() -> SamplingParams {
 
 async fn prompt_tokens(h: &EngineHandle, text: &str) -> Vec<TokenId> {
     h.preparer()
-        .chat(vec![steward_engine::prepare::TemplateMessage {
-            role: "user".into(),
-            content: text.into(),
-        }])
+        .chat(
+            vec![steward_engine::prepare::TemplateMessage {
+                role: "user".into(),
+                content: text.into(),
+                ..Default::default()
+            }],
+            None,
+        )
         .await
         .unwrap()
 }
@@ -50,6 +54,7 @@ fn request(prompt: Vec<TokenId>, max_tokens: u32, sampling: SamplingParams) -> G
         arrival: Instant::now(),
         tokenized: Instant::now(),
         deadline: None,
+        constraint: None,
     }
 }
 

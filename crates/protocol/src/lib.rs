@@ -66,6 +66,9 @@ pub struct SamplingFields {
     /// Extension: return a `timings` object with the response.
     #[serde(default)]
     pub timings: bool,
+    /// Extension: a grammar in llguidance's Lark dialect the output must
+    /// match (`%json { schema }` embeds a JSON schema).
+    pub grammar: Option<Value>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -75,6 +78,12 @@ pub struct ChatMessage {
     pub content: Option<MessageContent>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// Assistant turns that called tools.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Value>,
+    /// Tool turns: the call this result answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
 }
 
 /// Message content: a string, or a list of typed parts (only `text` parts
@@ -103,6 +112,7 @@ pub struct ChatCompletionRequest {
     pub sampling: SamplingFields,
     pub tools: Option<Value>,
     pub tool_choice: Option<Value>,
+    pub parallel_tool_calls: Option<Value>,
     pub response_format: Option<Value>,
 }
 
@@ -161,12 +171,57 @@ pub struct Timings {
     pub prompt_tokens: u32,
     pub completion_tokens: u32,
     pub decode_tokens_per_s: f64,
+    /// Owner-thread time spent in the grammar constraint (0 without one).
+    #[serde(default)]
+    pub constraint_ms: f64,
+    /// Where tokens were sampled: `host` (the logits copied to the CPU and
+    /// sampled by Steward's per-request sampler) or `device`.
+    #[serde(default)]
+    pub sampling_path: String,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 pub struct ResponseMessage {
     pub role: String,
-    pub content: String,
+    /// `null` when the turn is only tool calls.
+    pub content: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCall>>,
+}
+
+/// One function call the model made (`arguments` is a JSON text).
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+pub struct ToolCall {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub function: FunctionCall,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+pub struct FunctionCall {
+    pub name: String,
+    pub arguments: String,
+}
+
+/// A streamed piece of a tool call: the first carries `id`, `type` and
+/// `function.name`; later ones append to `function.arguments`.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+pub struct ToolCallDelta {
+    pub index: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    pub function: FunctionCallDelta,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+pub struct FunctionCallDelta {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -197,6 +252,8 @@ pub struct Delta {
     pub role: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCallDelta>>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]

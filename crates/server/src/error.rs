@@ -144,6 +144,10 @@ impl From<PrepareError> for ApiError {
                 e.to_string(),
                 "engine_stopped",
             ),
+            PrepareError::Grammar(m) => ApiError {
+                code: "invalid_grammar",
+                ..Self::invalid(format!("the grammar does not compile: {m}"), None)
+            },
         }
     }
 }
@@ -179,7 +183,9 @@ impl From<GenerationError> for ApiError {
                 e.to_string(),
                 "shutting_down",
             ),
-            GenerationError::Runtime(_) => Self::internal(e.to_string()),
+            GenerationError::Runtime(_) | GenerationError::Constraint(_) => {
+                Self::internal(e.to_string())
+            }
             GenerationError::DeadlineExceeded(_) => ApiError {
                 status: StatusCode::GATEWAY_TIMEOUT,
                 message: e.to_string(),

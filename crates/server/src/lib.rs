@@ -10,6 +10,7 @@
 pub mod error;
 pub mod logprobs;
 pub mod metrics;
+pub mod tools;
 pub mod validate;
 
 use std::convert::Infallible;
@@ -26,7 +27,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::json;
-use steward_engine::{EngineHandle, Event, FinishReason, Finished, GenerateRequest, Preparer};
+use steward_engine::{
+    EngineHandle, Event, FinishReason, Finished, GenerateRequest, PrepareError, Preparer,
+    RequestStream, TokenLogprob,
+};
 use steward_protocol as p;
 
 use crate::error::ApiError;
@@ -321,7 +325,15 @@ async fn run(
     }
     let mut echo_text = None;
     let prompt = match input {
-        PromptInput::Chat(m) => engine.preparer().chat(m).await?,
+        PromptInput::Chat(m) => {
+            let tools = spec
+                .tools
+                .as_ref()
+                .map(|t| steward_engine::prepare::ToolSpec {
+                    tools: t.tools.clone(),
+                });
+            engine.preparer().chat(m, tools).await?
+        }
         PromptInput::Text(t) => {
             if spec.echo {
                 echo_text = Some(t.clone());
@@ -347,26 +359,54 @@ async fn run(
         engine.context_limit(),
         engine.config().max_tokens_limit,
     )?;
-    let mut stream = engine.submit(GenerateRequest {
-        id: id.to_string(),
-        prompt,
-        max_tokens,
-        sampling: spec.sampling.clone(),
-        stop: spec.stop.clone(),
-        ignore_eos: spec.ignore_eos,
-        logprobs: spec.logprobs,
-        prompt_logprobs: score_prompt,
-        arrival,
-        tokenized,
-        deadline: {
-            let asked = ctx_timeout(&spec);
-            let limit = s.request_timeout;
-            match (asked, limit) {
-                (Some(a), Some(l)) => Some(arrival + a.min(l)),
-                (a, l) => a.or(l).map(|d| arrival + d),
-            }
-        },
-    })?;
+    let constraint = match &spec.grammar {
+        None => None,
+        Some((g, param)) => Some(engine.preparer().constraint(g.clone()).await.map_err(
+            |e| match e {
+                PrepareError::Grammar(m) => ApiError {
+                    code: "invalid_grammar",
+                    ..ApiError::invalid_value(format!("`{param}` does not compile: {m}"), param)
+                },
+                e => ApiError::from(e),
+            },
+        )?),
+    };
+    let deadline = {
+        let asked = ctx_timeout(&spec);
+        let limit = s.request_timeout;
+        match (asked, limit) {
+            (Some(a), Some(l)) => Some(arrival + a.min(l)),
+            (a, l) => a.or(l).map(|d| arrival + d),
+        }
+    };
+    // One sequence per choice: the same prompt (computed once and shared
+    // through the prefix cache), its own RNG stream (seed + index), its own
+    // copy of the grammar state.
+    let n = spec.n;
+    let mut streams = Vec::with_capacity(n as usize);
+    for i in 0..n {
+        let mut sampling = spec.sampling.clone();
+        sampling.seed = sampling.seed.wrapping_add(u64::from(i));
+        streams.push(engine.submit(GenerateRequest {
+            id: if n == 1 {
+                id.to_string()
+            } else {
+                format!("{id}-{i}")
+            },
+            prompt: prompt.clone(),
+            max_tokens,
+            sampling,
+            stop: spec.stop.clone(),
+            ignore_eos: spec.ignore_eos,
+            logprobs: spec.logprobs,
+            prompt_logprobs: score_prompt,
+            arrival,
+            tokenized,
+            deadline,
+            constraint: constraint.clone(),
+        })?);
+    }
+    drop(constraint);
     let ctx = ReplyCtx {
         id: id.to_string(),
         model: served.clone(),
@@ -379,46 +419,66 @@ async fn run(
         first_prompt_token,
     };
     // Wait for admission (or a queue timeout, which is then a real 503).
-    let first = match stream.next().await {
-        Some(Event::Admitted) => None,
-        Some(Event::Error(e)) => return Err(ApiError::from(e)),
-        other => other,
-    };
+    let mut firsts = Vec::with_capacity(streams.len());
+    for st in streams.iter_mut() {
+        firsts.push(match st.next().await {
+            Some(Event::Admitted) => None,
+            Some(Event::Error(e)) => return Err(ApiError::from(e)),
+            other => other,
+        });
+    }
     if ctx.spec.stream {
         s.metrics.record_status(200);
-        Ok(sse_response(s.clone(), ctx, stream, first))
+        Ok(sse_response(s.clone(), ctx, streams, firsts))
     } else {
-        let mut text = String::new();
-        let mut lps = Vec::new();
-        let mut pending = first;
-        let fin = loop {
-            let ev = match pending.take() {
-                Some(ev) => Some(ev),
-                None => stream.next().await,
-            };
-            match ev {
-                Some(Event::Text {
-                    text: t, logprobs, ..
-                }) => {
-                    text.push_str(&t);
-                    lps.extend(logprobs);
-                }
-                Some(Event::Done(f)) => break f,
-                Some(Event::Error(e)) => return Err(ApiError::from(e)),
-                Some(Event::Admitted) => {}
-                None => {
-                    return Err(ApiError::internal(
-                        "the engine ended this request without a result",
-                    ))
-                }
-            }
-        };
+        let results = futures::future::join_all(
+            streams
+                .into_iter()
+                .zip(firsts)
+                .map(|(st, first)| collect(st, first)),
+        )
+        .await
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()?;
         s.metrics.record_status(200);
-        s.metrics.observe_finished(&fin);
+        for r in &results {
+            s.metrics.observe_finished(&r.2);
+        }
         // Non-streaming: the first text leaves with the whole body.
         s.metrics
             .observe_first_text(ctx.arrival.elapsed().as_secs_f64());
-        Ok(Json(ctx.full_response(text, &lps, &fin)).into_response())
+        Ok(Json(ctx.full_response(results)).into_response())
+    }
+}
+
+/// One choice's whole answer: text, logprobs, and how it ended.
+type Collected = (String, Vec<TokenLogprob>, Finished);
+
+async fn collect(mut st: RequestStream, first: Option<Event>) -> Result<Collected, ApiError> {
+    let mut text = String::new();
+    let mut lps = Vec::new();
+    let mut pending = first;
+    loop {
+        let ev = match pending.take() {
+            Some(ev) => Some(ev),
+            None => st.next().await,
+        };
+        match ev {
+            Some(Event::Text {
+                text: t, logprobs, ..
+            }) => {
+                text.push_str(&t);
+                lps.extend(logprobs);
+            }
+            Some(Event::Done(f)) => return Ok((text, lps, f)),
+            Some(Event::Error(e)) => return Err(ApiError::from(e)),
+            Some(Event::Admitted) => {}
+            None => {
+                return Err(ApiError::internal(
+                    "the engine ended this request without a result",
+                ))
+            }
+        }
     }
 }
 
@@ -439,48 +499,66 @@ struct ReplyCtx {
     first_prompt_token: Option<steward_engine::TokenId>,
 }
 
-fn usage(f: &Finished) -> p::Usage {
+/// Usage of a whole request: the prompt once, every choice's completion.
+fn usage(fins: &[&Finished]) -> p::Usage {
+    let prompt = fins.first().map_or(0, |f| f.prompt_tokens);
+    let completion: u32 = fins.iter().map(|f| f.completion_tokens).sum();
     p::Usage {
-        prompt_tokens: f.prompt_tokens,
-        completion_tokens: f.completion_tokens,
-        total_tokens: f.prompt_tokens + f.completion_tokens,
+        prompt_tokens: prompt,
+        completion_tokens: completion,
+        total_tokens: prompt + completion,
         prompt_tokens_details: Some(p::PromptTokensDetails {
-            cached_tokens: f.cached_tokens,
+            cached_tokens: fins.first().map_or(0, |f| f.cached_tokens),
         }),
     }
 }
 
 /// `first_text_sent_ms`: since arrival, when the first text went to the
-/// transport (streaming) or when the whole body did (otherwise).
-fn timings(f: &Finished, first_text_sent_ms: f64) -> p::Timings {
+/// transport (streaming) or when the whole body did (otherwise). With
+/// several choices: the first choice's lifecycle, every choice's tokens.
+fn timings(fins: &[&Finished], first_text_sent_ms: f64) -> p::Timings {
+    let Some(f) = fins.first() else {
+        return p::Timings::default();
+    };
     let t = &f.timings;
     let decode_ms = (t.retired_ms - t.first_token_ms).max(0.0);
+    let completion_tokens: u32 = fins.iter().map(|f| f.completion_tokens).sum();
     p::Timings {
         tokenized_ms: t.tokenized_ms,
         admitted_ms: t.admitted_ms,
         prefill_done_ms: t.prefill_done_ms,
         first_token_ms: t.first_token_ms,
         first_text_sent_ms,
-        retired_ms: t.retired_ms,
+        retired_ms: fins
+            .iter()
+            .map(|f| f.timings.retired_ms)
+            .fold(0.0, f64::max),
         queue_ms: (t.admitted_ms - t.tokenized_ms).max(0.0),
         prompt_tokens: f.prompt_tokens,
-        completion_tokens: f.completion_tokens,
+        completion_tokens,
         decode_tokens_per_s: if decode_ms > 0.0 {
             f64::from(f.completion_tokens.saturating_sub(1)) * 1e3 / decode_ms
         } else {
             0.0
         },
+        constraint_ms: fins.iter().map(|f| f.constraint_ms).sum(),
+        sampling_path: "host".into(),
     }
 }
 
-fn finish_str(r: FinishReason) -> Option<String> {
-    Some(r.as_str().to_string())
+/// OpenAI's finish reason: `tool_calls` when the turn ended in calls.
+fn finish_str(r: FinishReason, calls: u32) -> Option<String> {
+    if calls > 0 && r == FinishReason::Stop {
+        Some("tool_calls".into())
+    } else {
+        Some(r.as_str().to_string())
+    }
 }
 
 impl ReplyCtx {
     fn logprobs_value(
         &self,
-        lps: &[steward_engine::TokenLogprob],
+        lps: &[TokenLogprob],
         f: Option<&Finished>,
     ) -> Option<serde_json::Value> {
         self.spec.logprobs?;
@@ -502,64 +580,93 @@ impl ReplyCtx {
         })
     }
 
-    fn full_response(
-        &self,
-        mut text: String,
-        lps: &[steward_engine::TokenLogprob],
-        f: &Finished,
-    ) -> serde_json::Value {
+    fn full_response(&self, results: Vec<Collected>) -> serde_json::Value {
         let sent = self.arrival.elapsed().as_secs_f64() * 1e3;
-        let t = self.spec.timings.then(|| timings(f, sent));
-        let logprobs = self.logprobs_value(lps, Some(f));
-        if let Some(e) = &self.echo_text {
-            text.insert_str(0, e);
-        }
+        let fins: Vec<&Finished> = results.iter().map(|r| &r.2).collect();
+        let t = self.spec.timings.then(|| timings(&fins, sent));
+        let usage = usage(&fins);
         let v = match self.api {
-            Api::Chat => serde_json::to_value(p::ChatCompletionResponse {
-                id: self.id.clone(),
-                object: "chat.completion".into(),
-                created: self.created,
-                model: self.model.clone(),
-                choices: vec![p::ChatChoice {
-                    index: 0,
-                    message: p::ResponseMessage {
-                        role: "assistant".into(),
-                        content: text,
-                    },
-                    finish_reason: finish_str(f.reason),
-                    logprobs: logprobs.clone(),
-                }],
-                usage: usage(f),
-                system_fingerprint: None,
-                timings: t,
-            }),
-            Api::Completion => serde_json::to_value(p::CompletionResponse {
-                id: self.id.clone(),
-                object: "text_completion".into(),
-                created: self.created,
-                model: self.model.clone(),
-                choices: vec![p::CompletionChoice {
-                    index: 0,
-                    text,
-                    finish_reason: finish_str(f.reason),
-                    logprobs: logprobs.clone(),
-                }],
-                usage: Some(Some(usage(f))),
-                system_fingerprint: None,
-                timings: t,
-            }),
+            Api::Chat => {
+                let choices = results
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (text, lps, f))| {
+                        let (content, calls) = match &self.spec.tools {
+                            Some(_) => tools::parse_all(text),
+                            None => (Some(text.clone()), Vec::new()),
+                        };
+                        let tool_calls = (!calls.is_empty()).then(|| {
+                            calls
+                                .iter()
+                                .enumerate()
+                                .map(|(k, (name, args))| p::ToolCall {
+                                    id: tools::call_id(&self.id, i as u32, k as u32),
+                                    kind: "function".into(),
+                                    function: p::FunctionCall {
+                                        name: name.clone(),
+                                        arguments: args.clone(),
+                                    },
+                                })
+                                .collect()
+                        });
+                        p::ChatChoice {
+                            index: i as u32,
+                            message: p::ResponseMessage {
+                                role: "assistant".into(),
+                                content,
+                                tool_calls,
+                            },
+                            finish_reason: finish_str(f.reason, calls.len() as u32),
+                            logprobs: self.logprobs_value(lps, Some(f)),
+                        }
+                    })
+                    .collect();
+                serde_json::to_value(p::ChatCompletionResponse {
+                    id: self.id.clone(),
+                    object: "chat.completion".into(),
+                    created: self.created,
+                    model: self.model.clone(),
+                    choices,
+                    usage,
+                    system_fingerprint: None,
+                    timings: t,
+                })
+            }
+            Api::Completion => {
+                let choices = results
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (text, lps, f))| {
+                        let mut text = text.clone();
+                        if let Some(e) = &self.echo_text {
+                            text.insert_str(0, e);
+                        }
+                        p::CompletionChoice {
+                            index: i as u32,
+                            text,
+                            finish_reason: finish_str(f.reason, 0),
+                            logprobs: self.logprobs_value(lps, Some(f)),
+                        }
+                    })
+                    .collect();
+                serde_json::to_value(p::CompletionResponse {
+                    id: self.id.clone(),
+                    object: "text_completion".into(),
+                    created: self.created,
+                    model: self.model.clone(),
+                    choices,
+                    usage: Some(Some(usage)),
+                    system_fingerprint: None,
+                    timings: t,
+                })
+            }
         };
         v.unwrap_or_default()
     }
 
-    /// One streamed chunk: text delta, or the finish, or (choices empty) usage.
-    fn chunk(
-        &self,
-        text: Option<String>,
-        lps: &[steward_engine::TokenLogprob],
-        finish: Option<&Finished>,
-        role: bool,
-    ) -> String {
+    /// One streamed chunk for choice `index`: a text delta, tool-call
+    /// deltas, a role announcement, or the choice's finish.
+    fn chunk(&self, index: u32, body: ChunkBody, lps: &[TokenLogprob]) -> String {
         let logprobs = if lps.is_empty() {
             None
         } else {
@@ -573,13 +680,14 @@ impl ReplyCtx {
                 created: self.created,
                 model: self.model.clone(),
                 choices: vec![p::ChatChunkChoice {
-                    index: 0,
+                    index,
                     delta: p::Delta {
-                        role: role.then(|| "assistant".to_string()),
-                        content: text,
+                        role: body.role.then(|| "assistant".to_string()),
+                        content: body.text,
+                        tool_calls: body.calls,
                     },
-                    finish_reason: finish.and_then(|f| finish_str(f.reason)),
-                    logprobs: logprobs.clone(),
+                    finish_reason: body.finish,
+                    logprobs,
                 }],
                 system_fingerprint: None,
                 usage: usage_field,
@@ -591,10 +699,10 @@ impl ReplyCtx {
                 created: self.created,
                 model: self.model.clone(),
                 choices: vec![p::CompletionChoice {
-                    index: 0,
-                    text: text.unwrap_or_default(),
-                    finish_reason: finish.and_then(|f| finish_str(f.reason)),
-                    logprobs: logprobs.clone(),
+                    index,
+                    text: body.text.unwrap_or_default(),
+                    finish_reason: body.finish,
+                    logprobs,
                 }],
                 usage: usage_field,
                 system_fingerprint: None,
@@ -604,7 +712,7 @@ impl ReplyCtx {
         v.map(|v| v.to_string()).unwrap_or_default()
     }
 
-    fn usage_chunk(&self, f: &Finished, first_text_sent_ms: Option<f64>) -> String {
+    fn usage_chunk(&self, fins: &[&Finished], first_text_sent_ms: Option<f64>) -> String {
         let object = if self.api == Api::Chat {
             "chat.completion.chunk"
         } else {
@@ -612,46 +720,155 @@ impl ReplyCtx {
         };
         let mut v = json!({
             "id": self.id, "object": object, "created": self.created,
-            "model": self.model, "choices": [], "usage": usage(f),
+            "model": self.model, "choices": [], "usage": usage(fins),
         });
         if self.spec.timings {
             // Nothing was streamed before the end: the first text is this chunk.
             let sent =
                 first_text_sent_ms.unwrap_or_else(|| self.arrival.elapsed().as_secs_f64() * 1e3);
-            v["timings"] = serde_json::to_value(timings(f, sent)).unwrap_or_default();
+            v["timings"] = serde_json::to_value(timings(fins, sent)).unwrap_or_default();
         }
         v.to_string()
     }
 }
 
-/// Relay engine events as SSE. Keep-alive comments flow while the prompt is
-/// still being prefilled. The stream owns the `RequestStream`: when the
-/// client goes, axum drops it, and the engine cancels the request.
+/// What one streamed chunk carries.
+#[derive(Default)]
+struct ChunkBody {
+    role: bool,
+    text: Option<String>,
+    calls: Option<Vec<p::ToolCallDelta>>,
+    finish: Option<String>,
+}
+
+/// One choice's streaming state.
+#[derive(Default)]
+struct ChoiceState {
+    started: bool,
+    /// Tool-call parser, when the request carries tools.
+    tools: Option<tools::ToolStream>,
+    /// Logprobs not yet attached to a chunk (held with held-back text).
+    held_lps: Vec<TokenLogprob>,
+    echo: Option<String>,
+    fin: Option<Finished>,
+}
+
+impl ReplyCtx {
+    /// Chunks for a piece of text of choice `i` (through the tool parser when
+    /// tools are in play); `end`: the choice's text is complete.
+    fn text_chunks(
+        &self,
+        i: u32,
+        c: &mut ChoiceState,
+        text: String,
+        lps: Vec<TokenLogprob>,
+        end: bool,
+        out: &mut std::collections::VecDeque<String>,
+    ) {
+        c.held_lps.extend(lps);
+        let pieces = match c.tools.as_mut() {
+            None if text.is_empty() && !end => Vec::new(),
+            None if text.is_empty() && c.held_lps.is_empty() => Vec::new(),
+            None => vec![tools::Piece::Content(text)],
+            Some(ts) => {
+                let mut v = ts.push(&text);
+                if end {
+                    v.extend(ts.finish());
+                }
+                v
+            }
+        };
+        for piece in pieces {
+            let body = match piece {
+                tools::Piece::Content(t) => ChunkBody {
+                    text: Some(t),
+                    ..Default::default()
+                },
+                tools::Piece::CallStart { index, name } => ChunkBody {
+                    calls: Some(vec![p::ToolCallDelta {
+                        index,
+                        id: Some(tools::call_id(&self.id, i, index)),
+                        kind: Some("function".into()),
+                        function: p::FunctionCallDelta {
+                            name: Some(name),
+                            arguments: Some(String::new()),
+                        },
+                    }]),
+                    ..Default::default()
+                },
+                tools::Piece::Args { index, text } => ChunkBody {
+                    calls: Some(vec![p::ToolCallDelta {
+                        index,
+                        id: None,
+                        kind: None,
+                        function: p::FunctionCallDelta {
+                            name: None,
+                            arguments: Some(text),
+                        },
+                    }]),
+                    ..Default::default()
+                },
+            };
+            let lps = std::mem::take(&mut c.held_lps);
+            out.push_back(self.chunk(i, body, &lps));
+        }
+    }
+}
+
+/// Relay engine events as SSE, every choice's interleaved as they come.
+/// Keep-alive comments flow while the prompt is still being prefilled. The
+/// stream owns the `RequestStream`s: when the client goes, axum drops them,
+/// and the engine cancels every choice.
 fn sse_response(
     s: Shared,
     ctx: ReplyCtx,
-    rx: steward_engine::RequestStream,
-    first: Option<Event>,
+    streams: Vec<RequestStream>,
+    firsts: Vec<Option<Event>>,
 ) -> Response {
+    type Tagged = futures::stream::BoxStream<'static, (u32, Event)>;
     struct St {
         s: Shared,
         ctx: ReplyCtx,
-        rx: steward_engine::RequestStream,
+        rx: futures::stream::SelectAll<Tagged>,
         queue: std::collections::VecDeque<String>,
-        first: Option<Event>,
-        started: bool,
+        choices: Vec<ChoiceState>,
+        remaining: usize,
         done: bool,
         last_text: Option<Instant>,
         first_text_sent_ms: Option<f64>,
     }
     let keepalive = s.sse_keepalive;
+    let n = streams.len();
+    let tagged: Vec<Tagged> = streams
+        .into_iter()
+        .zip(firsts)
+        .enumerate()
+        .map(|(i, (rs, first))| {
+            let head = futures::stream::iter(first.map(|e| (i as u32, e)));
+            let rest = futures::stream::unfold(rs, move |mut rs| async move {
+                rs.next().await.map(|e| ((i as u32, e), rs))
+            });
+            futures::StreamExt::boxed(futures::StreamExt::chain(head, rest))
+        })
+        .collect();
+    let choices = (0..n)
+        .map(|_| ChoiceState {
+            tools: ctx
+                .spec
+                .tools
+                .as_ref()
+                .map(|_| tools::ToolStream::default()),
+            echo: ctx.echo_text.clone(),
+            ..Default::default()
+        })
+        .collect();
     let st = St {
         s,
         ctx,
-        rx,
+        rx: futures::stream::select_all(tagged),
         queue: Default::default(),
-        first,
-        started: false,
+        choices,
+        remaining: n,
         done: false,
         last_text: None,
         first_text_sent_ms: None,
@@ -664,19 +881,26 @@ fn sse_response(
             if st.done {
                 return None;
             }
-            let ev = match st.first.take() {
-                Some(ev) => Some(ev),
-                None => st.rx.next().await,
+            let ev = futures::StreamExt::next(&mut st.rx).await;
+            let (i, ev) = match ev {
+                Some((i, ev)) => (i, Some(ev)),
+                None => (0, None),
             };
+            let chat = st.ctx.api == Api::Chat;
             match ev {
                 Some(Event::Admitted) => {}
                 Some(Event::Text { text, logprobs, .. }) => {
-                    if !st.started && st.ctx.api == Api::Chat {
-                        st.queue
-                            .push_back(st.ctx.chunk(Some(String::new()), &[], None, true));
+                    let c = &mut st.choices[i as usize];
+                    if !c.started && chat {
+                        let role = ChunkBody {
+                            role: true,
+                            text: Some(String::new()),
+                            ..Default::default()
+                        };
+                        st.queue.push_back(st.ctx.chunk(i, role, &[]));
                     }
-                    if !st.started {
-                        st.started = true;
+                    c.started = true;
+                    if st.first_text_sent_ms.is_none() {
                         let s = st.ctx.arrival.elapsed().as_secs_f64();
                         st.s.metrics.observe_first_text(s);
                         st.first_text_sent_ms = Some(s * 1e3);
@@ -686,29 +910,47 @@ fn sse_response(
                         st.s.metrics
                             .observe_itl(now.duration_since(prev).as_secs_f64());
                     }
-                    let text = match st.ctx.echo_text.take() {
+                    let text = match c.echo.take() {
                         Some(e) => e + &text,
                         None => text,
                     };
-                    st.queue
-                        .push_back(st.ctx.chunk(Some(text), &logprobs, None, false));
+                    st.ctx
+                        .text_chunks(i, c, text, logprobs, false, &mut st.queue);
                 }
                 Some(Event::Done(f)) => {
-                    if let Some(e) = st.ctx.echo_text.take() {
-                        st.queue.push_back(st.ctx.chunk(Some(e), &[], None, false));
+                    let c = &mut st.choices[i as usize];
+                    if !c.started && chat {
+                        let role = ChunkBody {
+                            role: true,
+                            text: Some(String::new()),
+                            ..Default::default()
+                        };
+                        st.queue.push_back(st.ctx.chunk(i, role, &[]));
                     }
-                    if !st.started && st.ctx.api == Api::Chat {
-                        st.queue
-                            .push_back(st.ctx.chunk(Some(String::new()), &[], None, true));
-                    }
-                    st.queue.push_back(st.ctx.chunk(None, &[], Some(&f), false));
-                    if st.ctx.spec.include_usage || st.ctx.spec.timings {
-                        st.queue
-                            .push_back(st.ctx.usage_chunk(&f, st.first_text_sent_ms));
-                    }
-                    st.queue.push_back("[DONE]".into());
+                    c.started = true;
+                    let tail = c.echo.take().unwrap_or_default();
+                    st.ctx
+                        .text_chunks(i, c, tail, Vec::new(), true, &mut st.queue);
+                    let calls = c.tools.as_ref().map_or(0, tools::ToolStream::calls);
+                    let lps = std::mem::take(&mut c.held_lps);
+                    let fin = ChunkBody {
+                        finish: finish_str(f.reason, calls),
+                        ..Default::default()
+                    };
+                    st.queue.push_back(st.ctx.chunk(i, fin, &lps));
                     st.s.metrics.observe_finished(&f);
-                    st.done = true;
+                    c.fin = Some(f);
+                    st.remaining -= 1;
+                    if st.remaining == 0 {
+                        let fins: Vec<&Finished> =
+                            st.choices.iter().filter_map(|c| c.fin.as_ref()).collect();
+                        if st.ctx.spec.include_usage || st.ctx.spec.timings {
+                            st.queue
+                                .push_back(st.ctx.usage_chunk(&fins, st.first_text_sent_ms));
+                        }
+                        st.queue.push_back("[DONE]".into());
+                        st.done = true;
+                    }
                 }
                 Some(Event::Error(e)) => {
                     let api = ApiError::from(e);

@@ -173,7 +173,7 @@ pub fn render(e: &EngineStats, waiting: usize, h: &HttpMetrics) -> String {
         0.0
     };
     // (name, help, type, value): every engine-side metric, declared here.
-    let engine: [(&str, &str, &str, f64); 44] = [
+    let engine: [(&str, &str, &str, f64); 47] = [
         (
             "steward_draining",
             "1 while draining for shutdown",
@@ -293,6 +293,24 @@ pub fn render(e: &EngineStats, waiting: usize, h: &HttpMetrics) -> String {
             "Idle slots whose KV state the prefix cache keeps",
             "gauge",
             e.prefix_entries as f64,
+        ),
+        (
+            "steward_constraint_seconds_total",
+            "Owner-thread time spent masking logits and advancing grammars (structured output, forced tool calls)",
+            "counter",
+            e.constraint_ns_total as f64 / 1e9,
+        ),
+        (
+            "steward_constraint_tokens_total",
+            "Tokens sampled under a grammar constraint",
+            "counter",
+            e.constraint_tokens_total as f64,
+        ),
+        (
+            "steward_constrained_requests_total",
+            "Requests that carried a grammar constraint (counted when they end)",
+            "counter",
+            e.constrained_requests_total as f64,
         ),
         (
             "steward_prefix_cache_lookups_total",

@@ -4,6 +4,7 @@
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+use steward_engine::constraint::Grammar;
 use steward_engine::prepare::TemplateMessage;
 use steward_engine::SamplingParams;
 use steward_protocol::{
@@ -11,6 +12,7 @@ use steward_protocol::{
 };
 
 use crate::error::ApiError;
+use crate::tools::{self, ToolPlan};
 
 /// Settings shared by both endpoints, checked.
 #[derive(Debug, Clone)]
@@ -29,7 +31,16 @@ pub struct GenSpec {
     pub logprobs: Option<usize>,
     /// Completions `echo`: return (and, with logprobs, score) the prompt.
     pub echo: bool,
+    /// Choices to generate (`n`), each its own sequence and RNG stream.
+    pub n: u32,
+    /// The output's grammar and the parameter it came from.
+    pub grammar: Option<(Grammar, &'static str)>,
+    /// Chat tools in play (`None`: none given or `tool_choice: "none"`).
+    pub tools: Option<ToolPlan>,
 }
+
+/// Most choices one request may ask for.
+pub const MAX_N: i64 = 16;
 
 pub enum PromptInput {
     Chat(Vec<TemplateMessage>),
@@ -69,14 +80,26 @@ fn range(v: Option<f64>, name: &str, lo: f64, hi: f64, default: f64) -> Result<f
 }
 
 fn fields(s: SamplingFields, request_seq: u64, completions: bool) -> Result<GenSpec, ApiError> {
-    if let Some(n) = s.n {
-        if n != 1 {
-            return Err(ApiError::unsupported(
-                format!("`n` = {n} is not supported yet; only n = 1"),
+    let n = match s.n {
+        None => 1,
+        Some(n) if (1..=MAX_N).contains(&n) => n as u32,
+        Some(n) => {
+            return Err(ApiError::invalid_value(
+                format!("`n` must be between 1 and {MAX_N}; got {n}"),
                 "n",
-            ));
+            ))
         }
-    }
+    };
+    let grammar = match &s.grammar {
+        None | Some(Value::Null) => None,
+        Some(Value::String(g)) => Some((Grammar::Lark(g.clone()), "grammar")),
+        Some(_) => {
+            return Err(ApiError::invalid_value(
+                "`grammar` must be a string (llguidance's Lark syntax)",
+                "grammar",
+            ))
+        }
+    };
     let logprobs = match (completions, &s.logprobs, &s.top_logprobs) {
         // Chat: `logprobs: bool` plus `top_logprobs: 0..=20`.
         (false, lp, top) => {
@@ -217,7 +240,72 @@ fn fields(s: SamplingFields, request_seq: u64, completions: bool) -> Result<GenS
         },
         logprobs,
         echo: false,
+        n,
+        grammar,
+        tools: None,
     })
+}
+
+/// `response_format`: text (no constraint), `json_object`, or `json_schema`
+/// (`{"json_schema": {"name", "schema", "strict"}}`; the schema is enforced
+/// whatever `strict` says).
+fn response_format(rf: Option<Value>) -> Result<Option<Grammar>, ApiError> {
+    let Some(rf) = rf.filter(|v| !v.is_null()) else {
+        return Ok(None);
+    };
+    let p = "response_format";
+    match rf.get("type").and_then(Value::as_str) {
+        Some("text") => Ok(None),
+        Some("json_object") => Ok(Some(Grammar::JsonObject)),
+        Some("json_schema") => {
+            let js = rf
+                .get("json_schema")
+                .filter(|v| v.is_object())
+                .ok_or_else(|| {
+                    ApiError::invalid_value(
+                        "`response_format.json_schema` must be an object with a `schema`",
+                        p,
+                    )
+                })?;
+            match js.get("schema") {
+                Some(schema @ Value::Object(_)) => Ok(Some(Grammar::JsonSchema(schema.clone()))),
+                None | Some(Value::Null) => Ok(Some(Grammar::JsonObject)),
+                Some(_) => Err(ApiError::invalid_value(
+                    "`response_format.json_schema.schema` must be a JSON schema object",
+                    p,
+                )),
+            }
+        }
+        _ => Err(ApiError::invalid_value(
+            "`response_format.type` must be one of text, json_object, json_schema",
+            p,
+        )),
+    }
+}
+
+/// Assistant `tool_calls` as the template wants them: `arguments` parsed
+/// from its JSON text into a value (kept as text when it is not JSON).
+fn template_calls(calls: Vec<Value>, param: &str) -> Result<Vec<Value>, ApiError> {
+    calls
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut c)| {
+            let f = c
+                .get_mut("function")
+                .filter(|f| f.get("name").is_some_and(Value::is_string))
+                .ok_or_else(|| {
+                    ApiError::invalid_value(
+                        format!("{param}[{i}].function must have a string `name`"),
+                        param,
+                    )
+                })?;
+            if let Some(Value::String(a)) = f.get("arguments") {
+                let parsed = serde_json::from_str::<Value>(a).unwrap_or(Value::String(a.clone()));
+                f["arguments"] = parsed;
+            }
+            Ok(c)
+        })
+        .collect()
 }
 
 /// A seed for requests that give none: distinct per request.
@@ -277,25 +365,8 @@ fn fresh_seed(request_seq: u64) -> u64 {
 
 pub fn chat(body: &[u8], seq: u64) -> Result<(GenSpec, PromptInput), ApiError> {
     let r: ChatCompletionRequest = parse_json(body)?;
-    if !matches!(r.tools, None | Some(Value::Null))
-        && r.tools
-            .as_ref()
-            .is_some_and(|t| t.as_array().is_none_or(|a| !a.is_empty()))
-    {
-        return Err(ApiError::unsupported(
-            "`tools` are not supported yet",
-            "tools",
-        ));
-    }
-    if let Some(rf) = &r.response_format {
-        let kind = rf.get("type").and_then(Value::as_str);
-        if !rf.is_null() && kind != Some("text") {
-            return Err(ApiError::unsupported(
-                "`response_format` other than {\"type\":\"text\"} is not supported yet",
-                "response_format",
-            ));
-        }
-    }
+    let plan = tools::plan(r.tools, r.tool_choice, r.parallel_tool_calls)?;
+    let format = response_format(r.response_format)?;
     if r.messages.is_empty() {
         return Err(ApiError::invalid(
             "`messages` must contain at least one message",
@@ -307,16 +378,28 @@ pub fn chat(body: &[u8], seq: u64) -> Result<(GenSpec, PromptInput), ApiError> {
         let param = format!("messages[{i}]");
         if !matches!(
             m.role.as_str(),
-            "system" | "user" | "assistant" | "developer"
+            "system" | "user" | "assistant" | "developer" | "tool"
         ) {
             return Err(ApiError::invalid_value(
                 format!(
-                    "{param}.role must be one of system, developer, user, assistant; got `{}`",
+                    "{param}.role must be one of system, developer, user, assistant, tool; got `{}`",
                     m.role
                 ),
                 &format!("{param}.role"),
             ));
         }
+        let tool_calls = match (m.role.as_str(), m.tool_calls) {
+            (_, None | Some(Value::Null)) => None,
+            ("assistant", Some(Value::Array(calls))) => {
+                Some(template_calls(calls, &format!("{param}.tool_calls"))?)
+            }
+            _ => {
+                return Err(ApiError::invalid_value(
+                    format!("{param}.tool_calls must be an array on an assistant message"),
+                    &format!("{param}.tool_calls"),
+                ))
+            }
+        };
         let content = match m.content {
             None => String::new(),
             Some(MessageContent::Text(t)) => t,
@@ -341,10 +424,35 @@ pub fn chat(body: &[u8], seq: u64) -> Result<(GenSpec, PromptInput), ApiError> {
         } else {
             m.role
         };
-        messages.push(TemplateMessage { role, content });
+        messages.push(TemplateMessage {
+            role,
+            content,
+            tool_calls,
+            tool_call_id: m.tool_call_id,
+            name: m.name,
+        });
     }
     let mut spec = fields(r.sampling, seq, false)?;
     spec.model = r.model;
+    let forced = plan.as_ref().and_then(ToolPlan::forced_grammar);
+    match (&spec.grammar, format, forced) {
+        (_, Some(_), Some(_)) => {
+            return Err(ApiError::invalid_value(
+                "`response_format` cannot be combined with a required or named `tool_choice`",
+                "response_format",
+            ))
+        }
+        (Some(_), Some(_), _) | (Some(_), _, Some(_)) => {
+            return Err(ApiError::invalid_value(
+                "`grammar` cannot be combined with `response_format` or a forced tool call",
+                "grammar",
+            ))
+        }
+        (None, Some(f), None) => spec.grammar = Some((f, "response_format")),
+        (None, None, Some(g)) => spec.grammar = Some((Grammar::Lark(g), "tools")),
+        _ => {}
+    }
+    spec.tools = plan;
     Ok((spec, PromptInput::Chat(messages)))
 }
 
@@ -460,9 +568,34 @@ mod tests {
                 "invalid_value",
             ),
             (
-                r#"{"messages":[{"role":"user","content":"x"}],"n":2}"#,
+                r#"{"messages":[{"role":"user","content":"x"}],"n":17}"#,
                 Some("n"),
-                "unsupported_parameter",
+                "invalid_value",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}],"response_format":{"type":"xml"}}"#,
+                Some("response_format"),
+                "invalid_value",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"schema":[1]}}}"#,
+                Some("response_format"),
+                "invalid_value",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}],"grammar":"start: \"a\"","response_format":{"type":"json_object"}}"#,
+                Some("grammar"),
+                "invalid_value",
+            ),
+            (
+                r#"{"messages":[{"role":"assistant","content":"x","tool_calls":[{"function":{}}]}]}"#,
+                Some("messages[0].tool_calls"),
+                "invalid_value",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}],"tool_choice":"required"}"#,
+                Some("tool_choice"),
+                "invalid_value",
             ),
             (
                 r#"{"messages":[{"role":"user","content":"x"}],"top_p":0}"#,

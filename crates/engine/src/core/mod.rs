@@ -676,6 +676,13 @@ impl<B: Backend> Owner<B> {
             });
             self.ledger.set_cached(self.cache.cells());
         }
+        if let Some((ns, steps)) = seq.constraint_cost() {
+            self.stats.send_modify(|s| {
+                s.constraint_ns_total += ns;
+                s.constraint_tokens_total += steps;
+                s.constrained_requests_total += 1;
+            });
+        }
         let Some(outcome) = outcome else {
             return; // cancelled: nobody to tell; `seq` (and its permit) drop here.
         };

@@ -58,6 +58,9 @@ pub(super) struct Sequence {
     unsent_lp: Vec<TokenLogprob>,
     ctx_limit: u32,
     sampler: Sampler,
+    /// Grammar state, and the masked copy of the logits it samples from.
+    constraint: Option<crate::constraint::Constraint>,
+    masked: Vec<f32>,
     detok: StreamDetokenizer,
     pub outbox: mpsc::Sender<Event>,
     pub note: std::sync::Arc<crate::stream::CancelNote>,
@@ -96,6 +99,8 @@ impl Sequence {
             id: r.id,
             slot,
             sampler: Sampler::new(r.sampling, &r.prompt),
+            constraint: r.constraint,
+            masked: Vec::new(),
             detok: StreamDetokenizer::new(r.stop),
             prompt: r.prompt,
             computed: reused,
@@ -267,9 +272,27 @@ impl Sequence {
     /// After a step that produced logits for this sequence: pick the next
     /// token, detokenize, check the ends, queue text.
     pub fn sample_and_emit(&mut self, logits: &[f32], vocab: &Vocab) {
-        let banned: &[TokenId] = if self.ignore_eos { &vocab.eog_ids } else { &[] };
+        let mut banned: &[TokenId] = if self.ignore_eos { &vocab.eog_ids } else { &[] };
+        let logits = match self.constraint.as_mut() {
+            Some(c) => {
+                if let Err(e) = c.mask(logits, &mut self.masked) {
+                    self.fail_constraint(e);
+                    return;
+                }
+                // The grammar decides where the output may end.
+                banned = &[];
+                &self.masked[..]
+            }
+            None => logits,
+        };
         let tok = self.sampler.sample(logits, banned);
         self.sampler.accept(tok);
+        if let Some(c) = self.constraint.as_mut() {
+            if let Err(e) = c.accept(tok) {
+                self.fail_constraint(e);
+                return;
+            }
+        }
         if let Some(top) = self.logprobs {
             self.unsent_lp.push(logprob_of(logits, tok, top));
         }
@@ -286,7 +309,8 @@ impl Sequence {
         let out = self.detok.push(vocab.bytes(tok));
         self.unsent.push_str(&out.text);
         self.unsent_tokens += 1;
-        if out.stopped {
+        let complete = self.constraint.as_ref().is_some_and(|c| c.is_complete());
+        if out.stopped || complete {
             self.pending = None;
             self.outcome = Some(Outcome::Finished(FinishReason::Stop));
             return;
@@ -299,6 +323,16 @@ impl Sequence {
         }
         self.pending = Some(tok);
         self.flush_text();
+    }
+
+    fn fail_constraint(&mut self, e: String) {
+        self.pending = None;
+        self.outcome = Some(Outcome::Failed(GenerationError::Constraint(e)));
+    }
+
+    /// Owner-thread time this request's grammar has cost, and its tokens.
+    pub fn constraint_cost(&self) -> Option<(u64, u64)> {
+        self.constraint.as_ref().map(|c| (c.host_ns, c.steps))
     }
 
     /// Send coalesced text if the outbox has room; otherwise keep it (the
@@ -364,6 +398,10 @@ impl Sequence {
             completion_tokens: self.generated,
             output_tokens: std::mem::take(&mut self.output),
             prompt_logprobs: self.prompt_lp.take(),
+            constraint_ms: self
+                .constraint
+                .as_ref()
+                .map_or(0.0, |c| c.host_ns as f64 / 1e6),
             timings: Timings {
                 tokenized_ms: ms(Some(self.tokenized)),
                 admitted_ms: ms(Some(self.admitted)),

@@ -128,6 +128,7 @@ impl Harness {
             arrival: Instant::now(),
             tokenized: Instant::now(),
             deadline,
+            constraint: None,
         };
         self.queued.fetch_add(1, Ordering::AcqRel);
         self.tx
@@ -540,6 +541,7 @@ fn slow_reader_is_paused_then_bounded_then_ended() {
         arrival: Instant::now(),
         tokenized: Instant::now(),
         deadline: None,
+        constraint: None,
     };
     h.queued.fetch_add(1, Ordering::AcqRel);
     h.tx.try_send(Command::Submit(Box::new(Submission {
