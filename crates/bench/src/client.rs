@@ -58,6 +58,8 @@ pub struct Target {
     pub endpoint: Endpoint,
     pub sampling: SamplingSpec,
     pub ignore_eos: bool,
+    /// Merged into every request body.
+    pub extra: Option<Value>,
 }
 
 /// Run one conversation; the reply of each turn goes into the next.
@@ -110,6 +112,9 @@ fn body(t: &Target, messages: &[Value], turn: &TurnPlan) -> Value {
     }
     if let Some(seed) = turn.seed {
         b["seed"] = json!(seed);
+    }
+    for (k, v) in t.extra.iter().flat_map(|e| e.as_object()).flatten() {
+        b[k] = v.clone();
     }
     b
 }

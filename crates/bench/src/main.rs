@@ -86,6 +86,18 @@ struct Common {
     /// In sweeps: conversations = this × the concurrency level.
     #[arg(long)]
     per_client: Option<usize>,
+    /// A JSON object merged into every request body (as the OpenAI
+    /// client's `extra_body`), e.g. a `response_format`.
+    #[arg(long, value_parser = parse_extra)]
+    extra_body: Option<serde_json::Value>,
+}
+
+fn parse_extra(s: &str) -> Result<serde_json::Value, String> {
+    match serde_json::from_str::<serde_json::Value>(s) {
+        Ok(v) if v.is_object() => Ok(v),
+        Ok(_) => Err("--extra-body must be a JSON object".into()),
+        Err(e) => Err(format!("--extra-body is not JSON: {e}")),
+    }
 }
 
 #[derive(Args)]
@@ -324,6 +336,7 @@ async fn run_once(
         endpoint: w.endpoint,
         sampling: w.sampling.clone(),
         ignore_eos: w.output.ignore_eos,
+        extra: c.extra_body.clone(),
     });
     let records = replay(client, target, w).await;
     let summary = report::summarize(&records, &w.slo);

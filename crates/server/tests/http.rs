@@ -248,11 +248,28 @@ async fn every_bad_input_gets_an_openai_error() {
             400,
             "invalid_value",
         ),
+        (c, format!(r#"{{{msgs},"n":0}}"#), 400, "invalid_value"),
         (
             c,
-            format!(r#"{{{msgs},"n":3}}"#),
+            format!(r#"{{{msgs},"tools":[{{"type":"function","function":{{"name":"a b"}}}}]}}"#),
             400,
-            "unsupported_parameter",
+            "invalid_value",
+        ),
+        (
+            c,
+            format!(
+                r#"{{{msgs},"response_format":{{"type":"json_schema","json_schema":{{"schema":{{"type":"nope"}}}}}}}}"#
+            ),
+            400,
+            "invalid_grammar",
+        ),
+        (
+            c,
+            format!(
+                r#"{{{msgs},"tool_choice":{{"type":"function","function":{{"name":"ghost"}}}},"tools":[{{"type":"function","function":{{"name":"real"}}}}]}}"#
+            ),
+            400,
+            "invalid_value",
         ),
         (
             c,
