@@ -133,6 +133,11 @@ struct CompareArgs {
     /// Model names per server, in --url order, when they differ.
     #[arg(long = "server-model", num_args = 1)]
     server_model: Vec<String>,
+    /// Per server, in --url order: a JSON object merged into its request
+    /// bodies (over --extra-body). The same URL twice with two bodies
+    /// compares two request kinds on one server, interleaved.
+    #[arg(long = "server-extra", num_args = 1, value_parser = parse_extra)]
+    server_extra: Vec<serde_json::Value>,
     #[arg(long, value_delimiter = ',', default_value = "1,4")]
     levels: Vec<usize>,
     #[command(flatten)]
@@ -634,7 +639,15 @@ async fn cmd_compare(a: CompareArgs) -> anyhow::Result<i32> {
     for &level in &a.levels {
         let wl = level_workload(&w, level, a.common.per_client);
         for i in 0..n {
-            let r = run_once(&client, &bases[i], &models[i], &a.common, &wl).await;
+            let mut common = a.common.clone();
+            if let Some(e) = a.server_extra.get(i).and_then(|e| e.as_object()) {
+                let mut merged = common.extra_body.take().unwrap_or_else(|| json!({}));
+                for (k, v) in e {
+                    merged[k] = v.clone();
+                }
+                common.extra_body = Some(merged);
+            }
+            let r = run_once(&client, &bases[i], &models[i], &common, &wl).await;
             print_summary(&format!("{} @ {level}", names[i]), &r.summary, &r.steady);
             code = code.max(steady_exit(&r.steady));
             pts[i].push(point(level, &r.summary));
