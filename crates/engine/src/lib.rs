@@ -96,6 +96,10 @@ pub struct EngineConfig {
     /// Shortest prefix shared with a *running* sequence worth copying its
     /// whole KV stream (a cached idle slot is taken over at no copy cost).
     pub prefix_copy_min: usize,
+    /// Sample plain-greedy requests on the device (llama.cpp's backend
+    /// sampling: the argmax runs in the step's graph and only the token
+    /// comes back); every other request samples on the host.
+    pub device_sampling: bool,
 }
 
 impl EngineConfig {
@@ -142,6 +146,7 @@ impl EngineConfig {
             memory_budget: None,
             prefix_cache: true,
             prefix_copy_min: 64,
+            device_sampling: false,
         }
     }
 }

@@ -14,14 +14,10 @@
 //! and KV edits after it never race a running kernel.
 
 use std::io::{IsTerminal, Write};
-use std::num::NonZeroU32;
 use std::path::Path;
 use std::sync::OnceLock;
 
-use llama_cpp_2::context::params::LlamaContextParams;
-use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_backend::LlamaBackend;
-use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
@@ -277,39 +273,50 @@ impl LoadedModel {
     }
 
     /// Create the execution context. Call on the thread that will own it.
+    ///
+    /// The context is created through llama.cpp's C API (not the safe
+    /// wrapper's `LlamaContext`, which exposes neither `llama_set_sampler`
+    /// nor the context pointer that backend sampling needs).
     pub fn new_runtime(&self, p: &RuntimeParams) -> Result<Runtime<'_>, LoadError> {
-        let backend = backend()?;
+        use llama_cpp_sys_2 as sys;
+        backend()?;
         let n_ctx = p.ctx_per_seq.saturating_mul(p.n_seqs as u32);
-        let cp = LlamaContextParams::default()
-            .with_n_ctx(NonZeroU32::new(n_ctx))
-            .with_n_batch(p.n_batch)
-            .with_n_ubatch(p.n_ubatch)
-            .with_n_seq_max(p.n_seqs as u32)
-            .with_n_threads(p.n_threads)
-            .with_n_threads_batch(p.n_threads_batch)
-            .with_kv_unified(p.kv_unified)
-            .with_flash_attention_policy(if p.flash_attn || p.kv_q8 {
-                llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_ENABLED
-            } else {
-                llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_DISABLED
-            })
-            .with_no_perf(false);
-        let cp = if p.kv_q8 {
-            use llama_cpp_2::context::params::KvCacheType;
-            cp.with_type_k(KvCacheType::Q8_0)
-                .with_type_v(KvCacheType::Q8_0)
+        // SAFETY: plain-data defaults from llama.cpp.
+        let mut cp = unsafe { sys::llama_context_default_params() };
+        cp.n_ctx = n_ctx;
+        cp.n_batch = p.n_batch;
+        cp.n_ubatch = p.n_ubatch;
+        cp.n_seq_max = p.n_seqs as u32;
+        cp.n_threads = p.n_threads;
+        cp.n_threads_batch = p.n_threads_batch;
+        cp.kv_unified = p.kv_unified;
+        cp.flash_attn_type = if p.flash_attn || p.kv_q8 {
+            sys::LLAMA_FLASH_ATTN_TYPE_ENABLED
         } else {
-            cp
+            sys::LLAMA_FLASH_ATTN_TYPE_DISABLED
         };
-        let ctx = self
-            .model
-            .new_context(backend, cp)
-            .map_err(|e| LoadError::Context(e.to_string()))?;
+        cp.no_perf = false;
+        if p.kv_q8 {
+            cp.type_k = sys::GGML_TYPE_Q8_0;
+            cp.type_v = sys::GGML_TYPE_Q8_0;
+        }
+        // SAFETY: `LlamaModel` is `repr(transparent)` over a non-null
+        // `llama_model` pointer; the model outlives the runtime ('m), and
+        // llama.cpp only reads the model while creating and using contexts.
+        let model_ptr =
+            unsafe { *(&self.model as *const LlamaModel as *const *mut sys::llama_model) };
+        let ctx = unsafe { sys::llama_init_from_model(model_ptr, cp) };
+        let ctx = std::ptr::NonNull::new(ctx)
+            .ok_or_else(|| LoadError::Context("llama_init_from_model returned null".into()))?;
+        // SAFETY: a batch of `n_batch` token entries, one sequence each.
+        let batch = unsafe { sys::llama_batch_init(p.n_batch as i32, 0, 1) };
         Ok(Runtime {
-            batch: LlamaBatch::new(p.n_batch as usize, 1),
             ctx,
+            batch,
             capacity: p.n_batch as usize,
             n_vocab: self.facts.n_vocab,
+            device: vec![std::ptr::null_mut(); p.n_seqs],
+            _model: std::marker::PhantomData,
         })
     }
 }
@@ -354,21 +361,31 @@ pub struct RuntimeParams {
 /// One llama context and its batch. Slot = llama `seq_id`; each slot has its
 /// own KV stream of `ctx_per_seq` cells (non-unified KV), so a sequence's
 /// attention never spans another's cells and its numerics do not depend on
-/// what else is in the batch.
+/// what else is in the batch. Owns the context, the batch and the device
+/// samplers attached to slots; frees them on drop.
 pub struct Runtime<'m> {
-    ctx: LlamaContext<'m>,
-    batch: LlamaBatch<'static>,
+    ctx: std::ptr::NonNull<llama_cpp_sys_2::llama_context>,
+    batch: llama_cpp_sys_2::llama_batch,
     capacity: usize,
     n_vocab: usize,
+    /// Per slot: the backend (device) greedy sampler chain attached to it,
+    /// or null (the host samples from the logits).
+    device: Vec<*mut llama_cpp_sys_2::llama_sampler>,
+    _model: std::marker::PhantomData<&'m LlamaModel>,
 }
 
 impl Runtime<'_> {
+    fn mem(&self) -> llama_cpp_sys_2::llama_memory_t {
+        // SAFETY: the context is alive for `self`'s lifetime.
+        unsafe { llama_cpp_sys_2::llama_get_memory(self.ctx.as_ptr()) }
+    }
+
     pub fn clear(&mut self) {
-        self.batch.clear();
+        self.batch.n_tokens = 0;
     }
 
     pub fn batch_len(&self) -> usize {
-        self.batch.n_tokens().max(0) as usize
+        self.batch.n_tokens.max(0) as usize
     }
 
     pub fn capacity(&self) -> usize {
@@ -385,38 +402,104 @@ impl Runtime<'_> {
         logits: bool,
     ) -> Result<usize, StepError> {
         let idx = self.batch_len();
-        self.batch
-            .add(LlamaToken(token), pos as i32, &[slot as i32], logits)
-            .map_err(|e| StepError::Batch(e.to_string()))?;
+        if idx >= self.capacity {
+            return Err(StepError::Batch(format!(
+                "the batch holds at most {} tokens",
+                self.capacity
+            )));
+        }
+        // SAFETY: `idx` < the `n_batch` entries `llama_batch_init` allocated,
+        // each with room for one sequence id.
+        unsafe {
+            *self.batch.token.add(idx) = token;
+            *self.batch.pos.add(idx) = pos as i32;
+            *self.batch.n_seq_id.add(idx) = 1;
+            *(*self.batch.seq_id.add(idx)) = slot as i32;
+            *self.batch.logits.add(idx) = i8::from(logits);
+        }
+        self.batch.n_tokens += 1;
         Ok(idx)
     }
 
     /// Submit the step and wait for its completion.
     pub fn decode(&mut self) -> Result<(), StepError> {
-        let r = self.ctx.decode(&mut self.batch);
-        self.ctx.synchronize();
-        r.map_err(|e| match e {
-            llama_cpp_2::DecodeError::NoKvCacheSlot => StepError::NoKvSpace,
-            other => StepError::Decode(other.to_string()),
-        })
+        // SAFETY: the batch entries up to `n_tokens` were written by `push`.
+        let r = unsafe { llama_cpp_sys_2::llama_decode(self.ctx.as_ptr(), self.batch) };
+        unsafe { llama_cpp_sys_2::llama_synchronize(self.ctx.as_ptr()) };
+        match r {
+            0 => Ok(()),
+            1 => Err(StepError::NoKvSpace),
+            2 => Err(StepError::Decode("aborted".into())),
+            e => Err(StepError::Decode(format!("llama_decode returned {e}"))),
+        }
     }
 
-    /// Logits of batch entry `idx` from the last completed step.
+    /// Logits of batch entry `idx` from the last completed step (empty when
+    /// the entry produced none).
     pub fn logits(&self, idx: usize) -> &[f32] {
-        let l = self.ctx.get_logits_ith(idx as i32);
-        &l[..self.n_vocab.min(l.len())]
+        // SAFETY: llama.cpp returns a row of `n_vocab` floats that stays
+        // valid until the next decode (which needs `&mut self`), or null.
+        unsafe {
+            let p = llama_cpp_sys_2::llama_get_logits_ith(self.ctx.as_ptr(), idx as i32);
+            if p.is_null() {
+                &[]
+            } else {
+                std::slice::from_raw_parts(p, self.n_vocab)
+            }
+        }
+    }
+
+    /// The token the device sampler of batch entry `idx`'s slot chose in
+    /// the last step, if it has one.
+    pub fn sampled(&self, idx: usize) -> Option<TokenId> {
+        // SAFETY: reads the last step's sampled-token buffer.
+        let t =
+            unsafe { llama_cpp_sys_2::llama_get_sampled_token_ith(self.ctx.as_ptr(), idx as i32) };
+        (t >= 0).then_some(t)
+    }
+
+    /// Attach (or detach) a device greedy sampler to a slot: its outputs
+    /// are then argmax'd inside the step's graph and only the token comes
+    /// back. Returns whether the slot now samples on the device. A change
+    /// makes llama.cpp re-reserve its graph at the next step, so callers
+    /// change it only when a slot's next request needs the other path.
+    pub fn set_device_greedy(&mut self, slot: usize, on: bool) -> bool {
+        use llama_cpp_sys_2 as sys;
+        let Some(cur) = self.device.get(slot).copied() else {
+            return false;
+        };
+        if on != cur.is_null() {
+            return on;
+        }
+        // SAFETY: the context and the chains are ours; a chain is freed only
+        // after llama.cpp has let go of it.
+        unsafe {
+            if !on {
+                sys::llama_set_sampler(self.ctx.as_ptr(), slot as i32, std::ptr::null_mut());
+                sys::llama_sampler_free(cur);
+                self.device[slot] = std::ptr::null_mut();
+                return false;
+            }
+            let chain = sys::llama_sampler_chain_init(sys::llama_sampler_chain_default_params());
+            sys::llama_sampler_chain_add(chain, sys::llama_sampler_init_greedy());
+            if sys::llama_set_sampler(self.ctx.as_ptr(), slot as i32, chain) {
+                self.device[slot] = chain;
+                true
+            } else {
+                sys::llama_sampler_free(chain);
+                false
+            }
+        }
     }
 
     /// Drop every KV cell of a slot. Idempotent.
     pub fn clear_slot(&mut self, slot: usize) {
-        let _ = self.ctx.clear_kv_cache_seq(Some(slot as u32), None, None);
+        unsafe { llama_cpp_sys_2::llama_memory_seq_rm(self.mem(), slot as i32, -1, -1) };
     }
 
     /// Drop a slot's cells from position `from` on (keep its prefix).
     pub fn truncate_slot(&mut self, slot: usize, from: u32) {
-        let _ = self
-            .ctx
-            .clear_kv_cache_seq(Some(slot as u32), Some(from), None);
+        unsafe { llama_cpp_sys_2::llama_memory_seq_rm(self.mem(), slot as i32, from as i32, -1) };
     }
 
     /// Copy every cell of slot `src` into slot `dst` (whose cells are
@@ -425,14 +508,25 @@ impl Runtime<'_> {
     /// so `src` may take part in that step; with a unified pool it only
     /// tags the cells (zero-copy).
     pub fn copy_slot(&mut self, src: usize, dst: usize) {
-        let _ = self
-            .ctx
-            .copy_kv_cache_seq(src as i32, dst as i32, None, None);
+        unsafe { llama_cpp_sys_2::llama_memory_seq_cp(self.mem(), src as i32, dst as i32, -1, -1) };
     }
 
     /// Highest position stored for a slot, or -1 when empty.
     pub fn slot_pos_max(&self, slot: usize) -> i32 {
-        self.ctx.kv_cache_seq_pos_max(slot as i32)
+        unsafe { llama_cpp_sys_2::llama_memory_seq_pos_max(self.mem(), slot as i32) }
+    }
+}
+
+impl Drop for Runtime<'_> {
+    fn drop(&mut self) {
+        for slot in 0..self.device.len() {
+            self.set_device_greedy(slot, false);
+        }
+        // SAFETY: allocated in `new_runtime`, freed once here.
+        unsafe {
+            llama_cpp_sys_2::llama_batch_free(self.batch);
+            llama_cpp_sys_2::llama_free(self.ctx.as_ptr());
+        }
     }
 }
 

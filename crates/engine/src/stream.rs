@@ -64,6 +64,9 @@ pub struct Finished {
     /// Owner-thread time spent in the grammar constraint, milliseconds
     /// (0 without one).
     pub constraint_ms: f64,
+    /// Tokens were sampled on the device (greedy argmax in the step's
+    /// graph) rather than from host logits.
+    pub device_sampled: bool,
 }
 
 #[derive(Debug, Clone, thiserror::Error, PartialEq)]

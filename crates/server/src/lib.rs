@@ -542,7 +542,7 @@ fn timings(fins: &[&Finished], first_text_sent_ms: f64) -> p::Timings {
             0.0
         },
         constraint_ms: fins.iter().map(|f| f.constraint_ms).sum(),
-        sampling_path: "host".into(),
+        sampling_path: if f.device_sampled { "device" } else { "host" }.into(),
     }
 }
 

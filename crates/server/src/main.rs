@@ -189,6 +189,12 @@ struct ServeArgs {
     /// per token (docs/BENCHMARKS.md [6/8]).
     #[arg(long, default_value_t = 64)]
     prefix_copy_min: usize,
+    /// Sample plain-greedy requests on the device (llama.cpp backend
+    /// sampling: argmax inside the step, only the token comes back); other
+    /// requests sample on the host. Each response's `timings.sampling_path`
+    /// says which.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
+    device_sampling: bool,
 }
 
 #[derive(Args)]
@@ -334,6 +340,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
     c.kv_unified = a.kv_unified;
     c.prefix_cache = a.prefix_cache;
     c.prefix_copy_min = a.prefix_copy_min;
+    c.device_sampling = a.device_sampling;
     c.n_gpu_layers = a.model.gpu_layers;
     c.progress = true;
     let addr: SocketAddr = format!("{}:{}", a.host, a.port)

@@ -1010,3 +1010,42 @@ async fn forced_tool_calls_parse_streamed_and_not_and_n_shares_the_prompt() {
     assert_eq!(finished, [1, 1, 1]);
     assert_eq!(per, texts);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn device_greedy_sampling_matches_host_greedy() {
+    let s = server_with(None, |c| c.device_sampling = true).await;
+    let greedy = chat_body(
+        "Tell me about the moon.",
+        json!({"max_tokens": 24, "timings": true}),
+    );
+    // Logprobs need the host's logits: the same greedy request, host path.
+    let mut host = greedy.clone();
+    host["logprobs"] = json!(true);
+    let mut sampled = greedy.clone();
+    sampled["temperature"] = json!(0.9);
+    sampled["seed"] = json!(3);
+    // All three at once: device and host rows share steps.
+    let (g, h, x) = (greedy.to_string(), host.to_string(), sampled.to_string());
+    let (a, b, c) = tokio::join!(
+        s.post("/v1/chat/completions", &g),
+        s.post("/v1/chat/completions", &h),
+        s.post("/v1/chat/completions", &x),
+    );
+    for (st, _, v) in [&a, &b, &c] {
+        assert_eq!(*st, 200, "{v}");
+    }
+    assert_eq!(a.2["timings"]["sampling_path"], "device", "{}", a.2);
+    assert_eq!(b.2["timings"]["sampling_path"], "host");
+    assert_eq!(c.2["timings"]["sampling_path"], "host");
+    let text = |v: &Value| {
+        v["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(text(&a.2), text(&b.2), "device greedy equals host greedy");
+    // The slot that sampled on the host serves a device request again.
+    let (_, _, again) = s.post("/v1/chat/completions", &greedy.to_string()).await;
+    assert_eq!(text(&again), text(&a.2));
+    assert_eq!(again["timings"]["sampling_path"], "device");
+}

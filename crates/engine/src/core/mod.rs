@@ -449,7 +449,11 @@ impl<B: Backend> Owner<B> {
                 ctx_limit: self.ctx_limit,
                 max_lag_tokens: self.config.max_lag_tokens,
             };
-            let seq = Sequence::new(self.next_key, slot, w.sub, limits, permit, reused);
+            let mut seq = Sequence::new(self.next_key, slot, w.sub, limits, permit, reused);
+            // Device sampling where the request's sampler is plain greedy;
+            // the slot keeps its path until a request needs the other one.
+            let want = self.config.device_sampling && seq.device_eligible();
+            seq.device = self.rt.set_device_greedy(slot, want);
             tracing::debug!(request_id = %seq.id, slot, prompt = seq.prompt.len(), reused = seq.reused, "admitted");
             self.seqs.push(seq);
         }
@@ -596,7 +600,15 @@ impl<B: Backend> Owner<B> {
             self.seqs[si].score_chunk(&self.rt, &plan.chunks[ci], first);
         }
         for &(si, row) in &rows {
-            self.seqs[si].sample_and_emit(self.rt.logits(row), &self.vocab);
+            let seq = &mut self.seqs[si];
+            if seq.device {
+                match self.rt.sampled(row) {
+                    Some(tok) => seq.emit(tok, &self.vocab),
+                    None => seq.fail_runtime("the device sampler returned no token"),
+                }
+            } else {
+                seq.sample_and_emit(self.rt.logits(row), &self.vocab);
+            }
         }
         let ms = t.elapsed().as_secs_f64() * 1e3;
         tracing::trace!(

@@ -166,6 +166,11 @@ impl Sampler {
         }
     }
 
+    /// Greedy with nothing that reads other logits than the maximum.
+    pub fn plain_greedy(&self) -> bool {
+        (self.p.temperature <= 1e-6 || self.p.top_k == 1) && !self.has_penalties()
+    }
+
     fn has_penalties(&self) -> bool {
         self.p.repetition_penalty != 1.0
             || self.p.frequency_penalty != 0.0

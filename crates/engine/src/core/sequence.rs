@@ -71,6 +71,9 @@ pub(super) struct Sequence {
     unsent: String,
     unsent_tokens: u32,
     pub outcome: Option<Outcome>,
+    /// Sampled on the device (the runtime argmaxes inside the step): set at
+    /// admission when the request is plain greedy and the engine allows it.
+    pub device: bool,
     /// KV reservation; released when the sequence is dropped.
     permit: Permit,
     arrival: Instant,
@@ -122,6 +125,7 @@ impl Sequence {
             unsent: String::new(),
             unsent_tokens: 0,
             outcome: None,
+            device: false,
             permit,
             arrival: r.arrival,
             tokenized: r.tokenized,
@@ -286,15 +290,37 @@ impl Sequence {
             None => logits,
         };
         let tok = self.sampler.sample(logits, banned);
+        if let Some(top) = self.logprobs {
+            self.unsent_lp.push(logprob_of(logits, tok, top));
+        }
+        self.emit(tok, vocab);
+    }
+
+    /// A request the device can sample: plain greedy, with nothing that
+    /// needs the logits on the host (penalties, biases, banned tokens,
+    /// logprobs, a grammar, prompt scoring).
+    pub fn device_eligible(&self) -> bool {
+        self.sampler.plain_greedy()
+            && !self.ignore_eos
+            && self.logprobs.is_none()
+            && self.prompt_lp.is_none()
+            && self.constraint.is_none()
+    }
+
+    pub fn fail_runtime(&mut self, msg: &str) {
+        self.pending = None;
+        self.outcome = Some(Outcome::Failed(GenerationError::Runtime(msg.into())));
+    }
+
+    /// Take the chosen token: advance the grammar, detokenize, check the
+    /// ends, queue text.
+    pub fn emit(&mut self, tok: TokenId, vocab: &Vocab) {
         self.sampler.accept(tok);
         if let Some(c) = self.constraint.as_mut() {
             if let Err(e) = c.accept(tok) {
                 self.fail_constraint(e);
                 return;
             }
-        }
-        if let Some(top) = self.logprobs {
-            self.unsent_lp.push(logprob_of(logits, tok, top));
         }
         self.generated += 1;
         self.output.push(tok);
@@ -398,6 +424,7 @@ impl Sequence {
             completion_tokens: self.generated,
             output_tokens: std::mem::take(&mut self.output),
             prompt_logprobs: self.prompt_lp.take(),
+            device_sampled: self.device,
             constraint_ms: self
                 .constraint
                 .as_ref()
