@@ -527,8 +527,13 @@ impl<B: Backend> Owner<B> {
 
     fn step(&mut self) {
         self.set_budget();
-        let views: Vec<SeqView> = self.seqs.iter().map(Sequence::view).collect();
-        let plan = scheduler::plan(&views, &self.limits);
+        let mut views: Vec<SeqView> = self.seqs.iter().map(Sequence::view).collect();
+        for (v, s) in views.iter_mut().zip(&self.seqs) {
+            // A copy from this slot runs at the start of this step's decode.
+            v.can_pad &= !self.pinned.contains(&s.slot);
+        }
+        let mut plan = scheduler::plan(&views, &self.limits);
+        scheduler::pad_tails(&mut plan, &views);
         if plan.is_empty() {
             return;
         }

@@ -141,6 +141,7 @@ impl Sequence {
             prompt_len: self.prompt.len(),
             computed: self.computed,
             decoding: self.pending.is_some() && !self.lagging(),
+            can_pad: self.prompt_lp.is_none(),
         }
     }
 
@@ -228,6 +229,10 @@ impl Sequence {
 
     /// Push a prompt chunk; says which rows will carry logits.
     pub fn push_chunk(&mut self, rt: &mut impl Backend, c: &Chunk) -> Result<ChunkRows, StepError> {
+        if c.start < self.computed {
+            // A padded tail (`scheduler::pad_tails`): recompute these cells.
+            rt.truncate_slot(self.slot, c.start as u32);
+        }
         let last = c.completes(self.prompt.len());
         let all = self.prompt_lp.is_some();
         let mut rows = ChunkRows {
@@ -262,8 +267,11 @@ impl Sequence {
     }
 
     pub fn chunk_done(&mut self, c: &Chunk) {
+        // Only cells new to the slot move from reserved to used (a padded
+        // tail recomputes some it already had).
+        let new = (c.start + c.len).saturating_sub(self.computed);
         self.computed = c.start + c.len;
-        self.permit.consume(c.len as u64);
+        self.permit.consume(new as u64);
         if self.computed == self.prompt.len() {
             self.prefill_done = Some(Instant::now());
             if self.max_tokens == 0 {
