@@ -106,7 +106,8 @@ def metrics_parse():
         "steward_prefix_cache_lookups", "steward_prefix_cache_hits", "steward_prefix_cache_reused_tokens",
         "steward_prefix_cache_evictions", "steward_prefix_cache_entries", "steward_prompt_tokens",
         "steward_generation_tokens", "steward_constraint_seconds", "steward_constraint_tokens",
-        "steward_constrained_requests",
+        "steward_constrained_requests", "steward_prefix_host_spills", "steward_prefix_host_restores",
+        "steward_prefix_host_bytes",
     ]:
         assert want in names, (want, sorted(names)[:20])
 

@@ -100,6 +100,11 @@ pub struct EngineConfig {
     /// sampling: the argmax runs in the step's graph and only the token
     /// comes back); every other request samples on the host.
     pub device_sampling: bool,
+    /// Host-memory tier of the prefix cache: bytes of evicted entries' KV
+    /// state kept to restore instead of recompute (0: off).
+    pub prefix_host_bytes: u64,
+    /// Shortest prefix (tokens) worth saving to or restoring from it.
+    pub prefix_host_min: usize,
 }
 
 impl EngineConfig {
@@ -147,6 +152,8 @@ impl EngineConfig {
             prefix_cache: true,
             prefix_copy_min: 64,
             device_sampling: false,
+            prefix_host_bytes: 0,
+            prefix_host_min: 128,
         }
     }
 }
@@ -238,8 +245,9 @@ impl Engine {
         )?);
         let load_ms = t0.elapsed().as_secs_f64() * 1e3;
         if let Some(budget) = config.memory_budget {
-            // Buffers besides weights and KV: compute graphs, runtime, HTTP.
-            let overhead = 256u64 << 20;
+            // Buffers besides weights and KV: compute graphs, runtime, HTTP;
+            // and the prefix cache's host tier, within its own budget.
+            let overhead = (256u64 << 20) + config.prefix_host_bytes;
             let fit = memory::fit_sequences(
                 budget,
                 model.facts.weights_bytes,

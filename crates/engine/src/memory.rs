@@ -124,6 +124,8 @@ pub struct Ledger {
     pub reserved_growth: u64,
     pub kv_free: u64,
     pub cached_prefixes: u64,
+    /// The prefix cache's host tier: saved KV state of evicted entries.
+    pub host_prefixes: u64,
     pub compute_buffers: u64,
     pub other: u64,
     pub rss: u64,
@@ -140,7 +142,8 @@ impl Ledger {
         let reserved_growth = s.kv_cells_reserved * bpc;
         let cached_prefixes = s.kv_cells_cached * bpc;
         let kv_free = kv_pool.saturating_sub(live_state + reserved_growth + cached_prefixes);
-        let known = weights + kv_pool + s.compute_bytes;
+        let host_prefixes = s.prefix_host_bytes;
+        let known = weights + kv_pool + s.compute_bytes + host_prefixes;
         Ledger {
             budget,
             weights,
@@ -149,6 +152,7 @@ impl Ledger {
             reserved_growth,
             kv_free,
             cached_prefixes,
+            host_prefixes,
             compute_buffers: s.compute_bytes,
             other: rss.saturating_sub(known),
             rss: rss.max(known),
@@ -165,6 +169,7 @@ impl Ledger {
             + self.reserved_growth
             + self.kv_free
             + self.cached_prefixes
+            + self.host_prefixes
             + self.compute_buffers
             + self.other
     }

@@ -511,6 +511,46 @@ impl Runtime<'_> {
         unsafe { llama_cpp_sys_2::llama_memory_seq_cp(self.mem(), src as i32, dst as i32, -1, -1) };
     }
 
+    /// A slot's KV state as bytes (llama.cpp's per-sequence state format),
+    /// for the prefix cache's host tier.
+    pub fn save_slot(&self, slot: usize) -> Option<Vec<u8>> {
+        use llama_cpp_sys_2 as sys;
+        // SAFETY: the buffer holds `size` bytes; llama.cpp writes at most that.
+        unsafe {
+            let size = sys::llama_state_seq_get_size(self.ctx.as_ptr(), slot as i32);
+            if size == 0 {
+                return None;
+            }
+            let mut buf = vec![0u8; size];
+            let n = sys::llama_state_seq_get_data(
+                self.ctx.as_ptr(),
+                buf.as_mut_ptr(),
+                size,
+                slot as i32,
+            );
+            (n == size).then_some(buf)
+        }
+    }
+
+    /// Load state saved by `save_slot` into `slot` (whose cells it
+    /// replaces). False when llama.cpp refuses it (the slot is then empty).
+    pub fn restore_slot(&mut self, slot: usize, data: &[u8]) -> bool {
+        self.clear_slot(slot);
+        // SAFETY: reads `data.len()` bytes.
+        let n = unsafe {
+            llama_cpp_sys_2::llama_state_seq_set_data(
+                self.ctx.as_ptr(),
+                data.as_ptr(),
+                data.len(),
+                slot as i32,
+            )
+        };
+        if n == 0 {
+            self.clear_slot(slot);
+        }
+        n > 0
+    }
+
     /// Highest position stored for a slot, or -1 when empty.
     pub fn slot_pos_max(&self, slot: usize) -> i32 {
         unsafe { llama_cpp_sys_2::llama_memory_seq_pos_max(self.mem(), slot as i32) }

@@ -136,6 +136,14 @@ pub struct EngineStats {
     pub prefix_eviction_ms_total: f64,
     pub kv_cells_cached: u64,
     pub prefix_entries: usize,
+    /// Host tier: entries saved on eviction, entries restored into a slot,
+    /// bytes and entries held now, time spent saving and restoring.
+    pub prefix_spills: u64,
+    pub prefix_restores: u64,
+    pub prefix_restored_tokens: u64,
+    pub prefix_host_bytes: u64,
+    pub prefix_host_entries: usize,
+    pub prefix_host_ms_total: f64,
     /// Constrained decoding (grammars, JSON schemas, forced tool calls):
     /// owner-thread time spent masking and advancing, the tokens it covered,
     /// and the requests that carried a constraint (counted at retirement).

@@ -160,3 +160,40 @@ async fn a_running_requests_prefix_is_shared_by_copy_and_matches_solo() {
     assert_eq!(b.output_tokens, b_solo.output_tokens);
     while a.next().await.is_some() {}
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_evicted_prefix_restored_from_host_memory_gives_the_uncached_output() {
+    let plain = engine(false).await;
+    let path = steward_engine::fetch::ensure_default_model().expect("default model");
+    let mut c = EngineConfig::new(path);
+    c.max_seqs = 1;
+    c.ctx_per_seq = 1024;
+    c.prompt_budget = 128;
+    c.prefix_cache = true;
+    c.prefix_host_bytes = 256 << 20;
+    c.prefix_host_min = 64;
+    let h = Engine::start(c).expect("engine starts");
+    assert!(h.wait_ready().await);
+    let p1 = chat(
+        &h,
+        vec![msg("system", &system()), msg("user", "When is high tide?")],
+    )
+    .await;
+    let other = chat(&h, vec![msg("user", "Name three birds.")]).await;
+    let (_, want) = run(&plain, p1.clone(), 16).await;
+    run(&h, p1.clone(), 16).await;
+    // One slot: the other prompt evicts the first, which is saved to host
+    // memory (llama.cpp's per-sequence state) ...
+    run(&h, other, 4).await;
+    let st = h.stats();
+    assert_eq!(st.prefix_spills, 1, "{st:?}");
+    assert!(st.prefix_host_bytes > 0);
+    // ... and restored for the same prompt: nothing recomputed but the last
+    // token, and the output computed without any cache.
+    let (_, b) = run(&h, p1.clone(), 16).await;
+    assert_eq!(b.cached_tokens as usize, p1.len() - 1);
+    assert_eq!(b.output_tokens, want.output_tokens);
+    let st = h.stats();
+    assert_eq!(st.prefix_restores, 1);
+    assert_eq!(st.prefix_restored_tokens as usize, p1.len() - 1);
+}

@@ -195,6 +195,16 @@ struct ServeArgs {
     /// says which.
     #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
     device_sampling: bool,
+    /// Prefix cache host tier, MiB: an evicted entry of at least
+    /// --prefix-host-min tokens is saved to host memory (llama.cpp's
+    /// per-sequence state) and restored into a free slot when a prompt
+    /// starts with it, instead of being recomputed. 0: off. Counted in the
+    /// memory ledger (`host_prefixes`) and within --memory-budget.
+    #[arg(long, default_value_t = 512)]
+    prefix_host_mb: u64,
+    /// Shortest prefix (tokens) the host tier saves or restores.
+    #[arg(long, default_value_t = 128)]
+    prefix_host_min: usize,
 }
 
 #[derive(Args)]
@@ -341,6 +351,8 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
     c.prefix_cache = a.prefix_cache;
     c.prefix_copy_min = a.prefix_copy_min;
     c.device_sampling = a.device_sampling;
+    c.prefix_host_bytes = a.prefix_host_mb << 20;
+    c.prefix_host_min = a.prefix_host_min;
     c.n_gpu_layers = a.model.gpu_layers;
     c.progress = true;
     let addr: SocketAddr = format!("{}:{}", a.host, a.port)

@@ -173,7 +173,7 @@ pub fn render(e: &EngineStats, waiting: usize, h: &HttpMetrics) -> String {
         0.0
     };
     // (name, help, type, value): every engine-side metric, declared here.
-    let engine: [(&str, &str, &str, f64); 47] = [
+    let engine: [(&str, &str, &str, f64); 53] = [
         (
             "steward_draining",
             "1 while draining for shutdown",
@@ -293,6 +293,42 @@ pub fn render(e: &EngineStats, waiting: usize, h: &HttpMetrics) -> String {
             "Idle slots whose KV state the prefix cache keeps",
             "gauge",
             e.prefix_entries as f64,
+        ),
+        (
+            "steward_prefix_host_spills_total",
+            "Evicted prefix-cache entries saved to the host tier",
+            "counter",
+            e.prefix_spills as f64,
+        ),
+        (
+            "steward_prefix_host_restores_total",
+            "Prompts whose prefix was restored from the host tier",
+            "counter",
+            e.prefix_restores as f64,
+        ),
+        (
+            "steward_prefix_host_restored_tokens_total",
+            "Prompt tokens restored from the host tier instead of computed",
+            "counter",
+            e.prefix_restored_tokens as f64,
+        ),
+        (
+            "steward_prefix_host_bytes",
+            "Bytes of saved KV state held by the host tier",
+            "gauge",
+            e.prefix_host_bytes as f64,
+        ),
+        (
+            "steward_prefix_host_entries",
+            "Entries held by the host tier",
+            "gauge",
+            e.prefix_host_entries as f64,
+        ),
+        (
+            "steward_prefix_host_seconds_total",
+            "Time spent restoring host-tier entries into slots",
+            "counter",
+            e.prefix_host_ms_total / 1e3,
         ),
         (
             "steward_constraint_seconds_total",
@@ -526,6 +562,7 @@ pub fn render_ledger(o: &mut String, l: &steward_engine::memory::Ledger) {
         ("kv_free", Some(l.kv_free)),
         ("kv_pool", Some(l.kv_pool)),
         ("cached_prefixes", Some(l.cached_prefixes)),
+        ("host_prefixes", Some(l.host_prefixes)),
         ("compute_buffers", Some(l.compute_buffers)),
         ("other", Some(l.other)),
         ("rss", Some(l.rss)),

@@ -35,6 +35,12 @@ pub trait Backend {
     fn sampled(&self, _row: usize) -> Option<TokenId> {
         None
     }
+    /// A slot's KV state as bytes (host tier of the prefix cache).
+    fn save_slot(&self, slot: usize) -> Option<Vec<u8>>;
+    /// Cells a slot holds (positions 0..n).
+    fn slot_len(&self, slot: usize) -> usize;
+    /// Replace a slot's cells with saved state; false if refused.
+    fn restore_slot(&mut self, slot: usize, data: &[u8]) -> bool;
 }
 
 impl Backend for Runtime<'_> {
@@ -70,5 +76,14 @@ impl Backend for Runtime<'_> {
     }
     fn sampled(&self, row: usize) -> Option<TokenId> {
         Runtime::sampled(self, row)
+    }
+    fn save_slot(&self, slot: usize) -> Option<Vec<u8>> {
+        Runtime::save_slot(self, slot)
+    }
+    fn slot_len(&self, slot: usize) -> usize {
+        (Runtime::slot_pos_max(self, slot) + 1).max(0) as usize
+    }
+    fn restore_slot(&mut self, slot: usize, data: &[u8]) -> bool {
+        Runtime::restore_slot(self, slot, data)
     }
 }

@@ -41,6 +41,8 @@ pub struct FakeBackend {
     pub step_sizes: Vec<usize>,
     /// Slot copies made (prefix reuse from a live sequence).
     pub copies: usize,
+    /// Slots restored from saved state (host tier).
+    pub restores: usize,
 }
 
 impl FakeBackend {
@@ -114,5 +116,23 @@ impl Backend for FakeBackend {
     fn copy_slot(&mut self, src: usize, dst: usize) {
         self.kv[dst] = self.kv[src].clone();
         self.copies += 1;
+    }
+    fn slot_len(&self, slot: usize) -> usize {
+        self.kv.get(slot).map_or(0, Vec::len)
+    }
+    fn save_slot(&self, slot: usize) -> Option<Vec<u8>> {
+        let kv = self.kv.get(slot)?;
+        (!kv.is_empty()).then(|| kv.iter().flat_map(|t| t.to_le_bytes()).collect())
+    }
+    fn restore_slot(&mut self, slot: usize, data: &[u8]) -> bool {
+        if data.len() % 4 != 0 {
+            return false;
+        }
+        self.kv[slot] = data
+            .chunks_exact(4)
+            .map(|b| TokenId::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        self.restores += 1;
+        true
     }
 }

@@ -23,6 +23,7 @@ pub mod sampler;
 pub mod scheduler;
 mod sequence;
 mod slots;
+mod spill;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -208,6 +209,8 @@ pub(crate) struct Owner<B: Backend> {
     /// Duration and tokens of this iteration's step, for the one publish.
     last_step: Option<(f64, usize)>,
     cache: PrefixCache,
+    /// The prefix cache's host-memory tier (evicted entries' saved state).
+    host: spill::HostTier,
     prefix_key: PrefixKey,
     /// Cached slots that are copy sources in this admission pass (the copy
     /// runs at the start of this iteration's step).
@@ -251,6 +254,14 @@ impl<B: Backend> Owner<B> {
             pressure_checked: Instant::now(),
             last_step: None,
             // Recurrent state cannot be truncated to a prefix: no cache.
+            host: spill::HostTier::new(
+                if c.prefix_cache && state_model == StateModel::PerToken {
+                    c.prefix_host_bytes
+                } else {
+                    0
+                },
+                c.prefix_host_min,
+            ),
             cache: PrefixCache::new(
                 c.prefix_cache && state_model == StateModel::PerToken,
                 c.prefix_copy_min,
@@ -381,6 +392,20 @@ impl<B: Backend> Owner<B> {
             } else {
                 None
             };
+            // The host tier, when it holds a clearly longer prefix than the
+            // slots do: restore it into a fresh slot instead.
+            let reuse_len = match &reuse {
+                Some(Reuse::Takeover { len, .. } | Reuse::Copy { len, .. }) => *len,
+                None => 0,
+            };
+            let restore = if eligible {
+                self.host
+                    .best(self.prefix_key, &r.prompt)
+                    .filter(|&(_, len)| len > reuse_len + self.host.min_tokens)
+            } else {
+                None
+            };
+            let reuse = if restore.is_some() { None } else { reuse };
             // A takeover's cells become the new sequence's: out of the cache
             // (and its ledger count) before reserving.
             let taken = match reuse {
@@ -409,8 +434,14 @@ impl<B: Backend> Owner<B> {
             };
             let (slot, reused) = match (reuse, taken) {
                 (Some(Reuse::Takeover { len, .. }), Some(e)) => {
-                    self.rt.truncate_slot(e.slot, len as u32);
-                    (e.slot, len)
+                    // The takeover destroys the entry after the shared
+                    // prefix: a long tail goes to the host tier first.
+                    let slot = e.slot;
+                    if e.tokens.len() >= len + self.host.min_tokens {
+                        self.spill(e);
+                    }
+                    self.rt.truncate_slot(slot, len as u32);
+                    (slot, len)
                 }
                 (Some(Reuse::Copy { src_slot, len }), _) => {
                     // The source's cells are read at the next decode: it
@@ -424,10 +455,47 @@ impl<B: Backend> Owner<B> {
                     self.stats.send_modify(|s| s.prefix_copies += 1);
                     (dst, len)
                 }
-                _ => match self.take_slot() {
-                    Some(s) => (s, 0),
-                    None => break,
-                },
+                _ => {
+                    // Out of the tier while a slot is found (finding one may
+                    // evict, and so spill, other entries).
+                    // (Looked up again: evictions above may have spilled
+                    // entries into the tier and moved its indices.)
+                    let saved = restore
+                        .and_then(|_| self.host.best(self.prefix_key, &w.sub.req.prompt))
+                        .filter(|&(_, len)| len > reuse_len + self.host.min_tokens)
+                        .and_then(|(i, len)| Some((self.host.take(i)?, len)));
+                    let Some(slot) = self.take_slot() else {
+                        if let Some((e, _)) = saved {
+                            self.host.insert(e);
+                        }
+                        break;
+                    };
+                    match saved {
+                        Some((mut e, len)) => {
+                            let t = Instant::now();
+                            // The restored cells must cover the prefix.
+                            let ok = self.rt.restore_slot(slot, &e.data)
+                                && self.rt.slot_len(slot) >= len;
+                            if ok {
+                                self.rt.truncate_slot(slot, len as u32);
+                            } else {
+                                self.rt.clear_slot(slot);
+                            }
+                            let ms = t.elapsed().as_secs_f64() * 1e3;
+                            e.last_used = self.next_key;
+                            self.host.insert(e);
+                            self.stats.send_modify(|s| {
+                                s.prefix_host_ms_total += ms;
+                                if ok {
+                                    s.prefix_restores += 1;
+                                    s.prefix_restored_tokens += len as u64;
+                                }
+                            });
+                            (slot, if ok { len } else { 0 })
+                        }
+                        None => (slot, 0),
+                    }
+                }
             };
             self.dequeue();
             if eligible {
@@ -746,6 +814,7 @@ impl<B: Backend> Owner<B> {
             .count();
         let outboxes = self.seqs.len() + self.draining.len() + self.waiting.len();
         let (cached_cells, cached_entries) = (self.cache.cells(), self.cache.len());
+        let (host_bytes, host_entries) = (self.host.bytes(), self.host.len());
         let live: Vec<crate::stats::LiveRequest> = self
             .waiting
             .iter()
@@ -769,6 +838,7 @@ impl<B: Backend> Owner<B> {
                 s.paused,
                 s.live_outboxes,
                 s.kv_cells_cached,
+                s.prefix_host_bytes,
             );
             s.running = running;
             s.prefilling = prefilling;
@@ -781,6 +851,8 @@ impl<B: Backend> Owner<B> {
             s.live_outboxes = outboxes;
             s.kv_cells_cached = cached_cells;
             s.prefix_entries = cached_entries;
+            s.prefix_host_bytes = host_bytes;
+            s.prefix_host_entries = host_entries;
             let live_changed = s.live.len() != live.len()
                 || s.live
                     .iter()
@@ -803,6 +875,7 @@ impl<B: Backend> Owner<B> {
                         paused,
                         outboxes,
                         cached_cells,
+                        host_bytes,
                     )
         });
     }

@@ -25,10 +25,32 @@ impl<B: Backend> Owner<B> {
         self.seqs.iter().map(|s| s.slot).collect()
     }
 
+    /// Second tier: save a cache entry's state (its slot's cells, still
+    /// intact) to host memory when it is long enough to be worth it.
+    pub(super) fn spill(&mut self, e: prefix::Entry) {
+        if !self.host.enabled() || e.tokens.len() < self.host.min_tokens {
+            return;
+        }
+        // Only what the slot really holds (it always equals the entry).
+        if self.rt.slot_len(e.slot) < e.tokens.len() {
+            return;
+        }
+        if let Some(data) = self.rt.save_slot(e.slot) {
+            self.host.insert(super::spill::Spilled {
+                key: e.key,
+                tokens: e.tokens,
+                data,
+                last_used: e.last_used,
+            });
+            self.stats.send_modify(|s| s.prefix_spills += 1);
+        }
+    }
+
     /// Drop a cached entry's cells; its slot becomes free.
     pub(super) fn evict(&mut self, slot: usize) {
-        if self.cache.take(slot).is_some() {
+        if let Some(e) = self.cache.take(slot) {
             let t = std::time::Instant::now();
+            self.spill(e);
             self.rt.clear_slot(slot);
             let ms = t.elapsed().as_secs_f64() * 1e3;
             self.free_slots.push(slot);

@@ -655,6 +655,91 @@ fn a_repeated_prompt_reuses_all_but_its_last_token_with_the_same_output() {
 }
 
 #[test]
+fn an_evicted_prefix_is_restored_from_the_host_tier_with_the_same_output() {
+    let p = prompt(3, 40);
+    let mut h = harness(config(1, 16));
+    let mut rx = h.submit_tokens(&p, 6, "ref");
+    h.run_idle();
+    let want = done(&events(&mut rx)).output_tokens.clone();
+
+    let mut c = cached_config(1);
+    c.prefix_host_bytes = 1 << 20;
+    c.prefix_host_min = 8;
+    let mut h = harness(c);
+    let mut a = h.submit_tokens(&p, 6, "a");
+    h.run_idle();
+    events(&mut a);
+    // One slot: another prompt evicts the entry, which goes to the host.
+    let mut b = h.submit_tokens(&prompt(30, 20), 2, "b");
+    h.run_idle();
+    events(&mut b);
+    let st = h.stats.borrow().clone();
+    assert_eq!(st.prefix_spills, 1);
+    assert!(st.prefix_host_bytes > 0 && st.prefix_host_entries == 1);
+    h.assert_idle_cached();
+    // The first prompt again: restored (not recomputed), same output.
+    let steps_before = h.owner.rt.step_sizes.len();
+    let mut again = h.submit_tokens(&p, 6, "again");
+    h.run_idle();
+    let ev = events(&mut again);
+    assert_eq!(done(&ev).cached_tokens, 39);
+    assert_eq!(done(&ev).output_tokens, want);
+    assert_eq!(h.owner.rt.restores, 1);
+    assert_eq!(
+        h.owner.rt.step_sizes[steps_before], 1,
+        "one prompt token computed"
+    );
+    let st = h.stats.borrow().clone();
+    assert_eq!((st.prefix_restores, st.prefix_restored_tokens), (1, 39));
+    h.assert_idle_cached();
+    // Another identity key: the tier does not match.
+    h.owner.prefix_key.adapters = 7;
+    let mut other = h.submit_tokens(&p, 2, "other-key");
+    h.run_idle();
+    assert_eq!(done(&events(&mut other)).cached_tokens, 0);
+}
+
+#[test]
+fn a_restore_planned_before_evictions_finds_its_entry_again() {
+    // Admission plans a host-tier restore, then has to evict a cached slot
+    // for cells; that eviction spills into the (full) tier, which drops the
+    // planned entry. The restore must notice, not take whatever now sits at
+    // the planned index.
+    let d = prompt(3, 41);
+    let mut c = config(2, 16);
+    c.ctx_per_seq = 256;
+    let mut h = harness(c.clone());
+    let mut rx = h.submit_tokens(&d, 200, "ref");
+    h.run_idle();
+    let want = done(&events(&mut rx)).output_tokens.clone();
+
+    let mut c = cached_config(2);
+    c.ctx_per_seq = 256;
+    c.prefix_host_bytes = 200; // one 45-token entry (4 bytes a token here)
+    c.prefix_host_min = 8;
+    let mut h = harness(c);
+    for (p, id) in [
+        (prompt(3, 40), "a"),
+        (prompt(20, 40), "b"),
+        (prompt(40, 230), "c"),
+    ] {
+        let mut rx = h.submit_tokens(&p, 6, id);
+        h.run_idle();
+        events(&mut rx);
+    }
+    // a was evicted for c and spilled; b and c are cached in the slots.
+    assert_eq!(h.stats.borrow().prefix_spills, 1);
+    let mut rx = h.submit_tokens(&d, 200, "d");
+    h.run_idle();
+    let ev = events(&mut rx);
+    let f = done(&ev);
+    assert_eq!(f.output_tokens, want);
+    assert_eq!(f.cached_tokens, 0, "a's entry left the tier when b spilled");
+    assert_eq!(h.owner.rt.restores, 0);
+    h.assert_idle_cached();
+}
+
+#[test]
 fn a_different_first_token_or_prompt_scoring_reuses_nothing() {
     let mut h = harness(cached_config(2));
     let mut a = h.submit_tokens(&prompt(3, 30), 4, "a");
