@@ -125,7 +125,7 @@ impl Backend for FakeBackend {
         (!kv.is_empty()).then(|| kv.iter().flat_map(|t| t.to_le_bytes()).collect())
     }
     fn restore_slot(&mut self, slot: usize, data: &[u8]) -> bool {
-        if data.len() % 4 != 0 {
+        if !data.len().is_multiple_of(4) {
             return false;
         }
         self.kv[slot] = data
