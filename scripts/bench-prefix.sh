@@ -3,7 +3,10 @@
 # (workload shared-system-1500), 16 tokens each.
 #   sequential (concurrency 1): TTFT of the first request vs the mean of the rest;
 #   together (concurrency 8, all sent at once): prompt tokens computed and the
-#     most KV cells held by live requests, from Steward's /metrics (polled).
+#     most KV held while they are live, from Steward's /metrics (polled): the
+#     ledger's cells and llama.cpp's own count (steward_kv_bytes_physical),
+#     once with per-slot KV streams (the default) and once with --kv-unified
+#     (where a copied prefix's cells are shared, not duplicated).
 # With LLAMA_SERVER set, llama-server runs the sequential case on the same
 # file, right after Steward. Results: target/bench/prefix/.
 set -euo pipefail
@@ -20,18 +23,24 @@ trap 'kill $pid 2>/dev/null || true' EXIT
 wait_ready http://127.0.0.1:8431/ready
 $bin/steward-bench run --url http://127.0.0.1:8431 --workload shared-system-1500 \
   --out "$out/steward-sequential.json" 2>>"$out/bench.log"
-# Together: a fresh server (cold cache), 8 clients at once, /metrics polled.
+# Together: a fresh server (cold cache), 8 clients at once, /metrics polled;
+# per-slot streams, then a unified pool.
 kill $pid; wait $pid 2>/dev/null || true
-$bin/steward serve --port 8431 --threads 2 --model "$model" >"$out/steward2.log" 2>&1 & pid=$!
-wait_ready http://127.0.0.1:8431/ready
-before=$(metric steward_prompt_tokens_total)
-( while sleep 0.05; do metric steward_kv_cells_used; done ) >"$out/kv_cells_used.txt" 2>/dev/null & poll=$!
-$bin/steward-bench run --url http://127.0.0.1:8431 --workload shared-system-1500 --concurrency 8 \
-  --out "$out/steward-together.json" 2>>"$out/bench.log"
-kill $poll 2>/dev/null || true
-after=$(metric steward_prompt_tokens_total)
-bpc=$(curl -sf http://127.0.0.1:8431/debug/ledger | python3 -c "import json,sys; l=json.load(sys.stdin); print(l['kv_pool']//max(1,int('$(metric steward_kv_cells_total)')))")
-kill $pid; wait $pid 2>/dev/null || true
+together() { # name, flags...
+  local name=$1; shift
+  $bin/steward serve --port 8431 --threads 2 --model "$model" "$@" >"$out/steward-$name.log" 2>&1 & pid=$!
+  wait_ready http://127.0.0.1:8431/ready
+  local before; before=$(metric steward_prompt_tokens_total)
+  ( while sleep 0.05; do echo "$(metric steward_kv_cells_used) $(metric steward_kv_bytes_physical)"; done ) >"$out/kv-$name.txt" 2>/dev/null & local poll=$!
+  $bin/steward-bench run --url http://127.0.0.1:8431 --workload shared-system-1500 --concurrency 8 \
+    --out "$out/steward-together-$name.json" 2>>"$out/bench.log"
+  kill $poll 2>/dev/null || true
+  echo "$before $(metric steward_prompt_tokens_total)" >"$out/computed-$name.txt"
+  bpc=$(curl -sf http://127.0.0.1:8431/debug/ledger | python3 -c "import json,sys; l=json.load(sys.stdin); print(l['kv_pool']//max(1,int('$(metric steward_kv_cells_total)')))")
+  kill $pid; wait $pid 2>/dev/null || true
+}
+together per-slot
+together unified --kv-unified
 if [ -n "${LLAMA_SERVER:-}" ]; then
   "$LLAMA_SERVER" -m "$model" --port 8432 -t 2 -tb 2 -np 8 -c 32768 >"$out/llama-server.log" 2>&1 & lpid=$!
   wait_ready http://127.0.0.1:8432/health
@@ -39,9 +48,9 @@ if [ -n "${LLAMA_SERVER:-}" ]; then
     --out "$out/llama-server-sequential.json" 2>>"$out/bench.log" || true
   kill $lpid; wait $lpid 2>/dev/null || true
 fi
-python3 - "$out" "$before" "$after" "$bpc" <<'PY'
+python3 - "$out" "$bpc" <<'PY'
 import json, os, sys
-out, before, after, bpc = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+out, bpc = sys.argv[1], int(sys.argv[2])
 def seq(name):
     p = f"{out}/{name}-sequential.json"
     if not os.path.exists(p):
@@ -50,10 +59,14 @@ def seq(name):
     t = [r["first_text_ms"] - r["send_ms"] for r in recs if r.get("first_text_ms") is not None]
     print(f"{name:14} sequential: first TTFT {t[0]:7.0f} ms | mean of the other {len(t)-1}: {sum(t[1:])/max(1,len(t)-1):6.0f} ms")
 seq("steward"); seq("llama-server")
-recs = json.load(open(f"{out}/steward-together.json"))["records"]
-prompt = [r["prompt_tokens"] for r in recs if r.get("prompt_tokens")]
-cells = [float(x) for x in open(f"{out}/kv_cells_used.txt").read().split()] or [0]
-print(f"steward together: {len(prompt)} requests, prompt tokens {sum(prompt)} (longest {max(prompt)}), "
-      f"computed {after - before:.0f} | most KV cells held by live requests {max(cells):.0f} "
-      f"({max(cells) * bpc / 2**20:.1f} MiB at {bpc} bytes per cell)")
+for name in ["per-slot", "unified"]:
+    recs = json.load(open(f"{out}/steward-together-{name}.json"))["records"]
+    prompt = [r["prompt_tokens"] for r in recs if r.get("prompt_tokens")]
+    before, after = map(float, open(f"{out}/computed-{name}.txt").read().split())
+    rows = [l.split() for l in open(f"{out}/kv-{name}.txt") if len(l.split()) == 2]
+    cells = max(float(a) for a, _ in rows)
+    phys = max(float(b) for _, b in rows)
+    print(f"steward together ({name}): {len(prompt)} requests, prompt tokens {sum(prompt)} (longest {max(prompt)}), "
+          f"computed {after - before:.0f} | most KV held: ledger {cells:.0f} cells ({cells * bpc / 2**20:.1f} MiB), "
+          f"llama.cpp {phys / 2**20:.1f} MiB (~{phys / bpc:.0f} cells at {bpc} bytes per cell)")
 PY

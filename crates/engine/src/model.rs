@@ -551,6 +551,14 @@ impl Runtime<'_> {
         n > 0
     }
 
+    /// Size of the whole context state as llama.cpp would serialize it:
+    /// model info plus every KV cell in use, each once (a cell shared by
+    /// several sequences in a unified pool is written once). Computed by
+    /// counting, without copying.
+    pub fn state_bytes(&self) -> usize {
+        unsafe { llama_cpp_sys_2::llama_state_get_size(self.ctx.as_ptr()) }
+    }
+
     /// Highest position stored for a slot, or -1 when empty.
     pub fn slot_pos_max(&self, slot: usize) -> i32 {
         unsafe { llama_cpp_sys_2::llama_memory_seq_pos_max(self.mem(), slot as i32) }

@@ -136,6 +136,10 @@ pub struct EngineStats {
     pub prefix_eviction_ms_total: f64,
     pub kv_cells_cached: u64,
     pub prefix_entries: usize,
+    /// KV bytes llama.cpp really holds (its state size now minus when
+    /// empty: each cell once, shared cells of a unified pool included once),
+    /// sampled at most every 100 ms.
+    pub kv_bytes_physical: u64,
     /// Host tier: entries saved on eviction, entries restored into a slot,
     /// bytes and entries held now, time spent saving and restoring.
     pub prefix_spills: u64,

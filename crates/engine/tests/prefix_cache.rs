@@ -122,6 +122,21 @@ async fn reused_state_gives_the_uncached_output_and_other_contexts_are_not_reuse
     assert_eq!(st.prefix_lookups, 4);
     assert!((2..=3).contains(&st.prefix_hits), "{}", st.prefix_hits);
     assert!(st.prefix_reused_tokens as usize >= 2 * (p1.len() - 1));
+
+    // Everything ended: what llama.cpp holds (its own state size, each cell
+    // once) is the cached prefixes the ledger counts, plus llama.cpp's few
+    // bytes of per-cell metadata (position, sequence ids).
+    tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    let st = cached.stats();
+    assert_eq!((st.kv_cells_used, st.kv_cells_reserved), (0, 0));
+    let ledger = st.kv_cells_cached * st.kv_bytes_per_cell;
+    assert!(ledger > 0);
+    assert!(
+        st.kv_bytes_physical >= ledger && st.kv_bytes_physical <= ledger + 64 * st.kv_cells_cached,
+        "llama.cpp holds {} bytes, the ledger counts {ledger} ({} cells)",
+        st.kv_bytes_physical,
+        st.kv_cells_cached
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

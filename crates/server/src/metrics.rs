@@ -173,7 +173,7 @@ pub fn render(e: &EngineStats, waiting: usize, h: &HttpMetrics) -> String {
         0.0
     };
     // (name, help, type, value): every engine-side metric, declared here.
-    let engine: [(&str, &str, &str, f64); 53] = [
+    let engine: [(&str, &str, &str, f64); 54] = [
         (
             "steward_draining",
             "1 while draining for shutdown",
@@ -293,6 +293,12 @@ pub fn render(e: &EngineStats, waiting: usize, h: &HttpMetrics) -> String {
             "Idle slots whose KV state the prefix cache keeps",
             "gauge",
             e.prefix_entries as f64,
+        ),
+        (
+            "steward_kv_bytes_physical",
+            "KV bytes llama.cpp holds, each cell once (its state size minus the empty state's), sampled every 100 ms",
+            "gauge",
+            e.kv_bytes_physical as f64,
         ),
         (
             "steward_prefix_host_spills_total",

@@ -39,6 +39,11 @@ pub trait Backend {
     fn save_slot(&self, slot: usize) -> Option<Vec<u8>>;
     /// Cells a slot holds (positions 0..n).
     fn slot_len(&self, slot: usize) -> usize;
+    /// The runtime's own count of its state's bytes (every KV cell in use
+    /// once), where it has one.
+    fn state_bytes(&self) -> Option<usize> {
+        None
+    }
     /// Replace a slot's cells with saved state; false if refused.
     fn restore_slot(&mut self, slot: usize, data: &[u8]) -> bool;
 }
@@ -82,6 +87,9 @@ impl Backend for Runtime<'_> {
     }
     fn slot_len(&self, slot: usize) -> usize {
         (Runtime::slot_pos_max(self, slot) + 1).max(0) as usize
+    }
+    fn state_bytes(&self) -> Option<usize> {
+        Some(Runtime::state_bytes(self))
     }
     fn restore_slot(&mut self, slot: usize, data: &[u8]) -> bool {
         Runtime::restore_slot(self, slot, data)

@@ -211,6 +211,10 @@ pub(crate) struct Owner<B: Backend> {
     cache: PrefixCache,
     /// The prefix cache's host-memory tier (evicted entries' saved state).
     host: spill::HostTier,
+    /// The runtime's state size when no cell is in use, and when it was
+    /// last sampled (`EngineStats::kv_bytes_physical`).
+    state_base: Option<usize>,
+    state_sampled: Option<Instant>,
     prefix_key: PrefixKey,
     /// Cached slots that are copy sources in this admission pass (the copy
     /// runs at the start of this iteration's step).
@@ -226,6 +230,7 @@ impl<B: Backend> Owner<B> {
         args: OwnerParts,
     ) -> Self {
         let c = args.config;
+        let state_base = rt.state_bytes();
         Owner {
             rt,
             vocab,
@@ -253,6 +258,8 @@ impl<B: Backend> Owner<B> {
             pressure: false,
             pressure_checked: Instant::now(),
             last_step: None,
+            state_base,
+            state_sampled: None,
             // Recurrent state cannot be truncated to a prefix: no cache.
             host: spill::HostTier::new(
                 if c.prefix_cache && state_model == StateModel::PerToken {
@@ -815,6 +822,17 @@ impl<B: Backend> Owner<B> {
         let outboxes = self.seqs.len() + self.draining.len() + self.waiting.len();
         let (cached_cells, cached_entries) = (self.cache.cells(), self.cache.len());
         let (host_bytes, host_entries) = (self.host.bytes(), self.host.len());
+        let physical = match (self.state_base, self.state_sampled) {
+            // Every 100 ms while busy, and always when nothing is left
+            // running (the loop then sleeps until the next command).
+            (Some(base), t)
+                if self.seqs.is_empty() || t.is_none_or(|t| t.elapsed().as_millis() >= 100) =>
+            {
+                self.state_sampled = Some(Instant::now());
+                self.rt.state_bytes().map(|b| b.saturating_sub(base) as u64)
+            }
+            _ => None,
+        };
         let live: Vec<crate::stats::LiveRequest> = self
             .waiting
             .iter()
@@ -853,6 +871,9 @@ impl<B: Backend> Owner<B> {
             s.prefix_entries = cached_entries;
             s.prefix_host_bytes = host_bytes;
             s.prefix_host_entries = host_entries;
+            if let Some(p) = physical {
+                s.kv_bytes_physical = p;
+            }
             let live_changed = s.live.len() != live.len()
                 || s.live
                     .iter()
