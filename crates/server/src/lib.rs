@@ -754,6 +754,24 @@ struct ChoiceState {
 }
 
 impl ReplyCtx {
+    /// A chat choice's first chunk announces the assistant role (once).
+    fn start_choice(
+        &self,
+        i: u32,
+        c: &mut ChoiceState,
+        out: &mut std::collections::VecDeque<String>,
+    ) {
+        if !c.started && self.api == Api::Chat {
+            let role = ChunkBody {
+                role: true,
+                text: Some(String::new()),
+                ..Default::default()
+            };
+            out.push_back(self.chunk(i, role, &[]));
+        }
+        c.started = true;
+    }
+
     /// Chunks for a piece of text of choice `i` (through the tool parser when
     /// tools are in play); `end`: the choice's text is complete.
     fn text_chunks(
@@ -886,20 +904,11 @@ fn sse_response(
                 Some((i, ev)) => (i, Some(ev)),
                 None => (0, None),
             };
-            let chat = st.ctx.api == Api::Chat;
             match ev {
                 Some(Event::Admitted) => {}
                 Some(Event::Text { text, logprobs, .. }) => {
                     let c = &mut st.choices[i as usize];
-                    if !c.started && chat {
-                        let role = ChunkBody {
-                            role: true,
-                            text: Some(String::new()),
-                            ..Default::default()
-                        };
-                        st.queue.push_back(st.ctx.chunk(i, role, &[]));
-                    }
-                    c.started = true;
+                    st.ctx.start_choice(i, c, &mut st.queue);
                     if st.first_text_sent_ms.is_none() {
                         let s = st.ctx.arrival.elapsed().as_secs_f64();
                         st.s.metrics.observe_first_text(s);
@@ -919,15 +928,7 @@ fn sse_response(
                 }
                 Some(Event::Done(f)) => {
                     let c = &mut st.choices[i as usize];
-                    if !c.started && chat {
-                        let role = ChunkBody {
-                            role: true,
-                            text: Some(String::new()),
-                            ..Default::default()
-                        };
-                        st.queue.push_back(st.ctx.chunk(i, role, &[]));
-                    }
-                    c.started = true;
+                    st.ctx.start_choice(i, c, &mut st.queue);
                     let tail = c.echo.take().unwrap_or_default();
                     st.ctx
                         .text_chunks(i, c, tail, Vec::new(), true, &mut st.queue);
