@@ -58,10 +58,36 @@ fn backend() -> Result<&'static LlamaBackend, LoadError> {
     BACKEND
         .get_or_init(|| {
             llama_cpp_2::send_logs_to_tracing(llama_cpp_2::LogOptions::default());
+            // Dynamic backends: load every module found beside the
+            // executable (and ggml's default places) before anything else.
+            #[cfg(feature = "gpu-dl")]
+            unsafe {
+                llama_cpp_sys_2::ggml_backend_load_all()
+            };
             LlamaBackend::init().map_err(|e| e.to_string())
         })
         .as_ref()
         .map_err(|e| LoadError::Backend(e.clone()))
+}
+
+/// GPU devices the runtime can offload to (names), after its backends are
+/// loaded. Empty on a CPU build or a machine without a usable GPU.
+pub fn gpu_devices() -> Result<Vec<String>, LoadError> {
+    use llama_cpp_sys_2 as sys;
+    backend()?;
+    let mut out = Vec::new();
+    // SAFETY: ggml's device registry is initialised by `backend()`; names
+    // are static C strings owned by the registry.
+    unsafe {
+        for i in 0..sys::ggml_backend_dev_count() {
+            let d = sys::ggml_backend_dev_get(i);
+            if sys::ggml_backend_dev_type(d) == sys::GGML_BACKEND_DEVICE_TYPE_GPU {
+                let name = std::ffi::CStr::from_ptr(sys::ggml_backend_dev_name(d));
+                out.push(name.to_string_lossy().into_owned());
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Facts read from the GGUF at load time.

@@ -57,9 +57,11 @@ struct ModelArgs {
     /// Threads for decode and prompt steps (default: all cores).
     #[arg(long, env = "STEWARD_THREADS")]
     threads: Option<i32>,
-    /// Layers to offload to a GPU (CPU builds ignore it).
-    #[arg(long, default_value_t = 0)]
-    gpu_layers: u32,
+    /// Layers to offload to a GPU. Default: all of them when the runtime
+    /// finds a GPU, none otherwise. Asking for offload (N > 0) when no GPU
+    /// is found is a startup error, never a silent CPU run.
+    #[arg(long)]
+    gpu_layers: Option<u32>,
     /// Weight format for the default model (ignored with --model): `q8_0`
     /// (converted once from the shipped Q4_1 and cached beside it: same
     /// quality, faster kernels on x86 — see docs/BENCHMARKS.md), `q4_0`
@@ -353,7 +355,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
     c.device_sampling = a.device_sampling;
     c.prefix_host_bytes = a.prefix_host_mb << 20;
     c.prefix_host_min = a.prefix_host_min;
-    c.n_gpu_layers = a.model.gpu_layers;
+    c.n_gpu_layers = gpu_layers(a.model.gpu_layers)?;
     c.progress = true;
     let addr: SocketAddr = format!("{}:{}", a.host, a.port)
         .parse()
@@ -439,9 +441,27 @@ async fn shutdown_signal() {
     tokio::select! { _ = ctrl_c => {}, _ = term => {} }
 }
 
+/// `--gpu-layers`: all layers when a GPU is found and none was asked for;
+/// a clear error when offload was asked for and there is no GPU.
+fn gpu_layers(asked: Option<u32>) -> anyhow::Result<u32> {
+    let gpus = steward_engine::model::gpu_devices()?;
+    match asked {
+        None if gpus.is_empty() => Ok(0),
+        None => {
+            tracing::info!(gpus = ?gpus, "GPU found: offloading every layer");
+            Ok(u32::MAX)
+        }
+        Some(n) if n > 0 && gpus.is_empty() => anyhow::bail!(
+            "--gpu-layers {n} asks for GPU offload, but this runtime found no GPU device \
+             (a CPU build, or the GPU backend module is missing beside the binary: see scripts/gpu-bundle.sh)"
+        ),
+        Some(n) => Ok(n),
+    }
+}
+
 fn bench_runtime(a: BenchRuntimeArgs) -> anyhow::Result<()> {
     let path = resolve_served_model(&a.model)?;
-    let model = LoadedModel::load(&path, false, a.model.gpu_layers)?;
+    let model = LoadedModel::load(&path, false, gpu_layers(a.model.gpu_layers)?)?;
     let n_threads = threads(a.model.threads);
     let parallel = a.parallel.max(1);
     let params = RuntimeParams {

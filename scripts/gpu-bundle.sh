@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# [8/8] The GPU bundle, built HERE (no Rust on the GPU machine):
+#   steward built with `--features steward-server/gpu-dl` (ggml with dynamic
+#   backends: every backend is a shared module loaded at start) into
+#   target-gpu/ (its own target directory: a cold build compiles ggml's CPU
+#   backend for every x86 variant, ~40 minutes on 2 cores), then
+#   target-gpu/bundle/ = the binaries, their shared libraries (rpath $ORIGIN),
+#   ggml's CPU backend modules minus sapphirerapids (AMX: these VMs fault on
+#   it), the vendored ggml source of the exact crate version, and
+#   gpu-cuda-module.sh, which builds the CUDA module from it on the GPU machine.
+# The CPU build (target/) and CI are untouched.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+./scripts/setup.sh
+export CARGO_TARGET_DIR="$root/target-gpu"
+cargo build --release --features steward-server/gpu-dl --bin steward
+cargo build --release -p steward-bench
+out="$(ls -td "$CARGO_TARGET_DIR"/release/build/llama-cpp-sys-2-*/out | head -1)"
+b="$CARGO_TARGET_DIR/bundle"
+rm -rf "$b"; mkdir -p "$b"
+cp "$CARGO_TARGET_DIR/release/steward" "$CARGO_TARGET_DIR/release/steward-bench" "$b/"
+cp -a "$out"/lib/lib*.so* "$b/"
+for m in "$out"/backends/*.so; do
+  case "$m" in *sapphirerapids*) ;; *) cp "$m" "$b/" ;; esac
+done
+strip "$b/steward" "$b/steward-bench" "$b"/*.so* 2>/dev/null || true
+ver="$(awk '/^name = "llama-cpp-sys-2"/ {getline; gsub(/[^0-9.]/, ""); print}' Cargo.lock)"
+src="$(ls -d ~/.cargo/registry/src/*/llama-cpp-sys-2-"$ver"/llama.cpp | head -1)"
+tmp="$(mktemp -d)"
+cp -r "$src/ggml" "$tmp/"
+rm -rf "$tmp/ggml/src/ggml-cpu"
+touch "$tmp/ggml/ggml.pc.in" # the crate does not ship it; a standalone configure needs it
+tar czf "$b/ggml-src.tar.gz" -C "$tmp" ggml
+rm -rf "$tmp"
+cp scripts/gpu-cuda-module.sh "$b/"
+echo "llama-cpp-sys-2 $ver" >"$b/VERSION"
+du -sh "$b"; ls "$b"
