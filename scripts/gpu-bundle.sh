@@ -7,7 +7,9 @@
 #   target-gpu/bundle/ = the binaries, their shared libraries (rpath $ORIGIN),
 #   ggml's CPU backend modules minus sapphirerapids (AMX: these VMs fault on
 #   it), the vendored ggml source of the exact crate version, and
-#   gpu-cuda-module.sh, which builds the CUDA module from it on the GPU machine.
+#   gpu-cuda-module.sh, which builds the CUDA module from it on the GPU machine,
+#   and gpu-run.sh (+ gen-random-gguf.py), which serves a random-weight model
+#   there and runs steward-bench against it.
 # The CPU build (target/) and CI are untouched.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -33,6 +35,6 @@ rm -rf "$tmp/ggml/src/ggml-cpu"
 touch "$tmp/ggml/ggml.pc.in" # the crate does not ship it; a standalone configure needs it
 tar czf "$b/ggml-src.tar.gz" -C "$tmp" ggml
 rm -rf "$tmp"
-cp scripts/gpu-cuda-module.sh "$b/"
+cp scripts/gpu-cuda-module.sh scripts/gpu-run.sh scripts/gen-random-gguf.py "$b/"
 echo "llama-cpp-sys-2 $ver" >"$b/VERSION"
 du -sh "$b"; ls "$b"
