@@ -31,7 +31,7 @@ ver="$(awk '/^name = "llama-cpp-sys-2"/ {getline; gsub(/[^0-9.]/, ""); print}' C
 src="$(ls -d ~/.cargo/registry/src/*/llama-cpp-sys-2-"$ver"/llama.cpp | head -1)"
 tmp="$(mktemp -d)"
 cp -r "$src/ggml" "$tmp/"
-rm -rf "$tmp/ggml/src/ggml-cpu"
+# (ggml-cpu stays: ggml-base includes its headers, though GGML_CPU=OFF there)
 touch "$tmp/ggml/ggml.pc.in" # the crate does not ship it; a standalone configure needs it
 tar czf "$b/ggml-src.tar.gz" -C "$tmp" ggml
 rm -rf "$tmp"

@@ -15,7 +15,9 @@ cmake -S "$w/ggml" -B "$w/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DBUILD_SHARED_LIBS=ON -DGGML_BACKEND_DL=ON -DGGML_CPU=OFF -DGGML_NATIVE=OFF \
   -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" -DGGML_CUDA_GRAPHS=ON \
   -DGGML_CUDA_NCCL=OFF -DGGML_BUILD_EXAMPLES=OFF -DGGML_BUILD_TESTS=OFF \
-  -DCMAKE_CUDA_COMPILER="${NVCC:-/usr/local/cuda/bin/nvcc}" >/dev/null
-cmake --build "$w/build" --target ggml-cuda -j "$(nproc)" >/dev/null
+  -DCMAKE_CUDA_COMPILER="${NVCC:-/usr/local/cuda/bin/nvcc}" >"$w/configure.log" 2>&1 ||
+  { tail -40 "$w/configure.log" >&2; exit 1; }
+cmake --build "$w/build" --target ggml-cuda -j "$(nproc)" >"$w/build.log" 2>&1 ||
+  { grep -m 20 -B 2 -A 6 'error' "$w/build.log" >&2 || tail -40 "$w/build.log" >&2; exit 1; }
 cp "$w/build/bin/libggml-cuda.so" "$b/"
 echo "$b/libggml-cuda.so"

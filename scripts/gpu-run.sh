@@ -17,6 +17,13 @@ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader >"$out/gpu.txt" 2
 shape="${SHAPE:-1b}"; type="${TYPE:-f16}"; model="/tmp/random-$shape-$type.gguf"
 [ -f "$model" ] || python3 gen-random-gguf.py model --tok "${TOK:?set TOK}" --shape "$shape" --type "$type" --out "$model"
 seqs="${SEQS:-64}"
+# The runtime's own batched-decode ceiling on the same model, when the
+# workplace's bbench (shared/gpu/bbench, built against the bundle's
+# libraries) was put in the bundle: no HTTP, no sampling.
+if [ -x ./bbench ]; then
+  ./bbench -m "$model" -c $((seqs * 320)) -b 2048 -ub 512 -npp 128 -ntg 128 -npl "${LEVELS:-1,8,32,64}" \
+    -ngl 99 -fa on 2>"$out/ceiling-$shape-$type.err" | tee "$out/ceiling-$shape-$type.txt" | grep '^|'
+fi
 ./steward serve --model "$model" --port 8500 --max-seqs "$seqs" --ctx-per-seq 512 \
   --served-model-name random >"$out/serve-$shape-$type.log" 2>&1 &
 pid=$!

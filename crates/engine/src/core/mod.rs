@@ -455,6 +455,9 @@ impl<B: Backend> Owner<B> {
                     // must not be evicted in this pass.
                     self.pinned.push(src_slot);
                     let Some(dst) = self.take_slot() else {
+                        // No slot after all (the only entries are pinned):
+                        // the request waits at the head of the queue.
+                        self.waiting.push_front(w);
                         break;
                     };
                     self.rt.copy_slot(src_slot, dst);
@@ -475,6 +478,7 @@ impl<B: Backend> Owner<B> {
                         if let Some((e, _)) = saved {
                             self.host.insert(e);
                         }
+                        self.waiting.push_front(w);
                         break;
                     };
                     match saved {
