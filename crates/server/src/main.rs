@@ -90,22 +90,27 @@ struct ServeArgs {
     /// KV cells per sequence: the context limit of one request.
     #[arg(long, default_value_t = 4096)]
     ctx_per_seq: u32,
-    /// Prompt tokens computed per step (chunked prefill).
-    #[arg(long, default_value_t = 256)]
-    prompt_budget: usize,
-    /// Sequences whose prompts may advance in one step. 2 = the oldest prompt
-    /// plus the express lane for short ones; more chunks per step cost extra
-    /// passes over the weights (docs/BENCHMARKS.md [9/9]).
-    #[arg(long, default_value_t = 2)]
-    max_prefill_seqs: usize,
+    /// Prompt tokens computed per step (chunked prefill). Default: 256 on
+    /// the CPU, 8192 when the model is offloaded to a GPU.
+    #[arg(long)]
+    prompt_budget: Option<usize>,
+    /// Sequences whose prompts may advance in one step. Default on the CPU:
+    /// 2 = the oldest prompt plus the express lane for short ones; more
+    /// chunks per step cost extra passes over the weights (docs/BENCHMARKS.md
+    /// [9/9]). On a GPU: --max-seqs (measured: 64 streams of an 8B model
+    /// ramp up 1.8x faster, docs/BENCHMARKS.md [8/8]).
+    #[arg(long)]
+    max_prefill_seqs: Option<usize>,
     /// Sequences that may decode in one step (default: --max-seqs).
     #[arg(long)]
     max_decode_seqs: Option<usize>,
     /// Adaptive prompt budget: target step time in ms (the decoders'
     /// inter-token latency); --prompt-budget is then the maximum. 0: off
-    /// (fixed budget). Default chosen by measurement (docs/BENCHMARKS.md [3/8]).
-    #[arg(long, default_value_t = 250.0)]
-    target_step_ms: f64,
+    /// (fixed budget). Default: 250 on the CPU, chosen by measurement
+    /// (docs/BENCHMARKS.md [3/8]); off on a GPU, where steps take
+    /// milliseconds.
+    #[arg(long)]
+    target_step_ms: Option<f64>,
     /// Smallest prompt budget the adaptive rule may choose.
     #[arg(long, default_value_t = 16)]
     min_prompt_budget: usize,
@@ -315,10 +320,20 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
     }
     c.max_seqs = a.max_seqs;
     c.ctx_per_seq = a.ctx_per_seq.max(16);
-    c.prompt_budget = a.prompt_budget.max(1);
-    c.max_prefill_seqs = a.max_prefill_seqs.max(1);
+    c.n_gpu_layers = gpu_layers(a.model.gpu_layers)?;
+    // Scheduler defaults by where the model runs (each flag overrides).
+    let gpu = c.n_gpu_layers > 0;
+    c.prompt_budget = a
+        .prompt_budget
+        .unwrap_or(if gpu { 8192 } else { 256 })
+        .max(1);
+    c.max_prefill_seqs = a
+        .max_prefill_seqs
+        .unwrap_or(if gpu { a.max_seqs } else { 2 })
+        .max(1);
     c.max_decode_seqs = a.max_decode_seqs.unwrap_or(a.max_seqs).clamp(1, a.max_seqs);
-    c.target_step_ms = (a.target_step_ms > 0.0).then_some(a.target_step_ms);
+    let target = a.target_step_ms.unwrap_or(if gpu { 0.0 } else { 250.0 });
+    c.target_step_ms = (target > 0.0).then_some(target);
     c.min_prompt_budget = a.min_prompt_budget.max(1);
     c.ttft_target_ms = (a.ttft_target_ms > 0.0).then_some(a.ttft_target_ms);
     c.expedite_max_tokens = a.expedite_max_tokens;
@@ -355,7 +370,6 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
     c.device_sampling = a.device_sampling;
     c.prefix_host_bytes = a.prefix_host_mb << 20;
     c.prefix_host_min = a.prefix_host_min;
-    c.n_gpu_layers = gpu_layers(a.model.gpu_layers)?;
     c.progress = true;
     let addr: SocketAddr = format!("{}:{}", a.host, a.port)
         .parse()
