@@ -206,9 +206,12 @@ struct ServeArgs {
     /// --prefix-host-min tokens is saved to host memory (llama.cpp's
     /// per-sequence state) and restored into a free slot when a prompt
     /// starts with it, instead of being recomputed. 0: off. Counted in the
-    /// memory ledger (`host_prefixes`) and within --memory-budget.
-    #[arg(long, default_value_t = 512)]
-    prefix_host_mb: u64,
+    /// memory ledger (`host_prefixes`) and within --memory-budget. Default:
+    /// 512 on the CPU (a restore is 16x faster than recomputing); 0 on a
+    /// GPU, where saving state from device memory on every eviction cost
+    /// more than recomputing (docs/BENCHMARKS.md [8/8]).
+    #[arg(long)]
+    prefix_host_mb: Option<u64>,
     /// Shortest prefix (tokens) the host tier saves or restores.
     #[arg(long, default_value_t = 128)]
     prefix_host_min: usize,
@@ -368,7 +371,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
     c.prefix_cache = a.prefix_cache;
     c.prefix_copy_min = a.prefix_copy_min;
     c.device_sampling = a.device_sampling;
-    c.prefix_host_bytes = a.prefix_host_mb << 20;
+    c.prefix_host_bytes = a.prefix_host_mb.unwrap_or(if gpu { 0 } else { 512 }) << 20;
     c.prefix_host_min = a.prefix_host_min;
     c.progress = true;
     let addr: SocketAddr = format!("{}:{}", a.host, a.port)
