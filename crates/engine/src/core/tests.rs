@@ -740,6 +740,40 @@ fn a_restore_planned_before_evictions_finds_its_entry_again() {
 }
 
 #[test]
+fn a_request_that_finds_no_slot_after_reserving_waits_instead_of_vanishing() {
+    // Three slots: F (older) and E cached, one free. In one admission pass,
+    // b1 copies E's prefix into the free slot (E pinned as the copy source);
+    // b2 shares F's prefix but F's slot would split the busy slots, so b2
+    // copies from F (pinned too): no slot is left. b2 must wait, then run.
+    let f = prompt(3, 40);
+    let e = prompt(20, 40);
+    let mut b1 = e[..20].to_vec();
+    b1.extend(prompt(50, 20));
+    let mut b2 = f[..20].to_vec();
+    b2.extend(prompt(45, 20));
+    let mut h = harness(config(3, 16));
+    let mut rx = h.submit_tokens(&b2, 4, "ref");
+    h.run_idle();
+    let want = done(&events(&mut rx)).output_tokens.clone();
+
+    let mut h = harness(cached_config(3));
+    for (p, id) in [(&f, "f"), (&e, "e")] {
+        let mut rx = h.submit_tokens(p, 6, id);
+        h.run_idle();
+        events(&mut rx);
+    }
+    let mut r1 = h.submit_tokens(&b1, 4, "b1");
+    let mut r2 = h.submit_tokens(&b2, 4, "b2");
+    h.run_idle();
+    let e1 = events(&mut r1);
+    let e2 = events(&mut r2);
+    assert!(matches!(e1.last(), Some(Event::Done(_))), "{e1:?}");
+    assert_eq!(done(&e2).output_tokens, want, "b2 ran, with its own output");
+    assert_eq!(h.stats.borrow().waiting, 0);
+    h.assert_idle_cached();
+}
+
+#[test]
 fn a_different_first_token_or_prompt_scoring_reuses_nothing() {
     let mut h = harness(cached_config(2));
     let mut a = h.submit_tokens(&prompt(3, 30), 4, "a");
