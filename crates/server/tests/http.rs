@@ -96,6 +96,20 @@ impl Server {
         (text, chunks, done)
     }
 
+    /// A gauge once the engine's stats snapshot has caught up with the
+    /// last reply (it is published after the step that ended the request):
+    /// `want`, or whatever it still reads after 5 s.
+    async fn metric_settled(&self, name: &str, want: f64) -> f64 {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let v = self.metric(name).await;
+            if v == want || Instant::now() >= deadline {
+                return v;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     async fn metric(&self, name: &str) -> f64 {
         let t = self
             .client
@@ -865,7 +879,10 @@ async fn structured_output_json_schema_grammar_and_bad_schemas() {
         assert_error(st, &v, 400, "invalid_grammar");
         assert_eq!(v["error"]["param"], param, "{v}");
     }
-    assert_eq!(s.metric("steward_kv_cells_reserved").await, 0.0);
+    assert_eq!(
+        s.metric_settled("steward_kv_cells_reserved", 0.0).await,
+        0.0
+    );
     assert!(s.metric("steward_constraint_seconds_total").await > 0.0);
 }
 
