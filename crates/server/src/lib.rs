@@ -359,7 +359,7 @@ async fn run(
         engine.context_limit(),
         engine.config().max_tokens_limit,
     )?;
-    let constraint = match &spec.grammar {
+    let mut constraint = match &spec.grammar {
         None => None,
         Some((g, param)) => Some(engine.preparer().constraint(g.clone()).await.map_err(
             |e| match e {
@@ -403,10 +403,15 @@ async fn run(
             arrival,
             tokenized,
             deadline,
-            constraint: constraint.clone(),
+            // Each choice advances its own grammar state; the last takes
+            // the compiled one.
+            constraint: if i + 1 == n {
+                constraint.take()
+            } else {
+                constraint.clone()
+            },
         })?);
     }
-    drop(constraint);
     let ctx = ReplyCtx {
         id: id.to_string(),
         model: served.clone(),
@@ -785,8 +790,9 @@ impl ReplyCtx {
     ) {
         c.held_lps.extend(lps);
         let pieces = match c.tools.as_mut() {
-            None if text.is_empty() && !end => Vec::new(),
-            None if text.is_empty() && c.held_lps.is_empty() => Vec::new(),
+            // Empty text: keep its logprobs for the next chunk, unless this
+            // is the end and some are held.
+            None if text.is_empty() && (!end || c.held_lps.is_empty()) => Vec::new(),
             None => vec![tools::Piece::Content(text)],
             Some(ts) => {
                 let mut v = ts.push(&text);

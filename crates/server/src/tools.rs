@@ -370,6 +370,17 @@ pub fn parse_all(text: &str) -> (Option<String>, Vec<(String, String)>) {
     let mut ts = ToolStream::default();
     let mut pieces = ts.push(text);
     pieces.extend(ts.finish());
+    let (content, calls) = assemble(pieces);
+    let content = if calls.is_empty() {
+        Some(content)
+    } else {
+        Some(content.trim().to_string()).filter(|c| !c.is_empty())
+    };
+    (content, calls)
+}
+
+/// Pieces put back together: all content, and (name, arguments) per call.
+fn assemble(pieces: Vec<Piece>) -> (String, Vec<(String, String)>) {
     let mut content = String::new();
     let mut calls: Vec<(String, String)> = Vec::new();
     for p in pieces {
@@ -383,11 +394,6 @@ pub fn parse_all(text: &str) -> (Option<String>, Vec<(String, String)>) {
             }
         }
     }
-    let content = if calls.is_empty() {
-        Some(content)
-    } else {
-        Some(content.trim().to_string()).filter(|c| !c.is_empty())
-    };
     (content, calls)
 }
 
@@ -435,21 +441,20 @@ mod tests {
                 pieces.extend(ts.push(&c.iter().collect::<String>()));
             }
             pieces.extend(ts.finish());
-            let mut content = String::new();
-            let mut calls: Vec<(String, String)> = Vec::new();
-            for p in pieces {
+            // Every piece names the call it belongs to: the next one, or
+            // the current one.
+            let mut n = 0;
+            for p in &pieces {
                 match p {
-                    Piece::Content(c) => content.push_str(&c),
-                    Piece::CallStart { index, name } => {
-                        assert_eq!(index as usize, calls.len());
-                        calls.push((name, String::new()))
+                    Piece::CallStart { index, .. } => {
+                        assert_eq!(*index, n);
+                        n += 1;
                     }
-                    Piece::Args { index, text } => {
-                        assert_eq!(index as usize + 1, calls.len());
-                        calls.last_mut().unwrap().1.push_str(&text)
-                    }
+                    Piece::Args { index, .. } => assert_eq!(*index + 1, n),
+                    Piece::Content(_) => {}
                 }
             }
+            let (content, calls) = assemble(pieces);
             assert_eq!(content.trim(), whole.0.clone().unwrap(), "step {step}");
             assert_eq!(calls, whole.1, "step {step}");
             assert!(

@@ -14,6 +14,7 @@
 //! and dropping its `Permit` there releases its reservation exactly once.
 
 pub mod admission;
+mod admit;
 pub mod backend;
 #[cfg(test)]
 mod fake;
@@ -38,10 +39,9 @@ use crate::stream::{Event, GenerationError};
 use crate::{Command, EngineConfig, GenerateRequest};
 use admission::{Ledger, StateModel};
 use backend::Backend;
-use prefix::{PrefixCache, PrefixKey, Reuse};
+use prefix::{PrefixCache, PrefixKey};
 use scheduler::{SeqView, StepCostModel, StepLimits};
-use sequence::{Outcome, SeqLimits, Sequence};
-use slots::fragments;
+use sequence::{Outcome, Sequence};
 
 pub(crate) struct Submission {
     pub req: GenerateRequest,
@@ -347,197 +347,6 @@ impl<B: Backend> Owner<B> {
         self.queued.fetch_sub(1, Ordering::AcqRel);
     }
 
-    /// Admit from the head of the queue (arrival order) while a slot is free
-    /// and the ledger can reserve prompt + max_tokens.
-    fn admit(&mut self) {
-        // Under measured OS memory pressure, admit slowly (one request per
-        // iteration, and only while fewer than half the slots are busy)
-        // before the host swaps.
-        if self.pressure_checked.elapsed() >= Duration::from_millis(500) {
-            self.pressure_checked = Instant::now();
-            let p = crate::memory::under_pressure();
-            if p != self.pressure {
-                tracing::warn!(pressure = p, "host memory pressure changed");
-                self.pressure = p;
-                self.stats.send_modify(|s| s.memory_pressure = p);
-            }
-        }
-        let mut budget = if self.pressure {
-            usize::from(self.seqs.len() * 2 < self.config.max_seqs)
-        } else {
-            usize::MAX
-        };
-        self.pinned.clear();
-        while let Some(w) = self.waiting.front() {
-            if budget == 0 {
-                break;
-            }
-            budget -= 1;
-            let r = &w.sub.req;
-            let need = admission::cells_needed(self.state_model, r.prompt.len(), r.max_tokens);
-            if self.free_slots.is_empty() && self.cache.len() == 0 {
-                break;
-            }
-            // Prompt scoring needs logits for every prompt token: no reuse.
-            let eligible = self.cache.enabled && !r.prompt_logprobs;
-            // A long prefix that an admitted sequence is still computing:
-            // wait for it and copy it, rather than compute it twice.
-            if eligible && self.sharing_pending(&r.prompt) {
-                break;
-            }
-            let reuse = if eligible {
-                let live = self.seqs.iter().map(|s| (s.slot, s.computed_prompt()));
-                let busy = self.busy_slots();
-                let free = !self.free_slots.is_empty();
-                self.cache.lookup(
-                    self.prefix_key,
-                    &r.prompt,
-                    live,
-                    |s| fragments(&busy, s),
-                    free,
-                )
-            } else {
-                None
-            };
-            // The host tier, when it holds a clearly longer prefix than the
-            // slots do: restore it into a fresh slot instead.
-            let reuse_len = match &reuse {
-                Some(Reuse::Takeover { len, .. } | Reuse::Copy { len, .. }) => *len,
-                None => 0,
-            };
-            let restore = if eligible {
-                self.host
-                    .best(self.prefix_key, &r.prompt)
-                    .filter(|&(_, len)| len > reuse_len + self.host.min_tokens)
-            } else {
-                None
-            };
-            let reuse = if restore.is_some() { None } else { reuse };
-            // A takeover's cells become the new sequence's: out of the cache
-            // (and its ledger count) before reserving.
-            let taken = match reuse {
-                Some(Reuse::Takeover { slot, .. }) => self.cache.take(slot),
-                _ => None,
-            };
-            self.ledger.set_cached(self.cache.cells());
-            let permit = loop {
-                if let Some(p) = self.ledger.try_reserve(need) {
-                    break Some(p);
-                }
-                match self.cache.lru_slot(&self.pinned) {
-                    Some(s) => self.evict(s),
-                    None => break None,
-                }
-            };
-            let Some(permit) = permit else {
-                if let Some(e) = taken {
-                    self.cache.insert(e);
-                    self.ledger.set_cached(self.cache.cells());
-                }
-                break;
-            };
-            let Some(w) = self.waiting.pop_front() else {
-                break;
-            };
-            let (slot, reused) = match (reuse, taken) {
-                (Some(Reuse::Takeover { len, .. }), Some(e)) => {
-                    // The takeover destroys the entry after the shared
-                    // prefix: a long tail goes to the host tier first.
-                    let slot = e.slot;
-                    if e.tokens.len() >= len + self.host.min_tokens {
-                        self.spill(e);
-                    }
-                    self.rt.truncate_slot(slot, len as u32);
-                    (slot, len)
-                }
-                (Some(Reuse::Copy { src_slot, len }), _) => {
-                    // The source's cells are read at the next decode: it
-                    // must not be evicted in this pass.
-                    self.pinned.push(src_slot);
-                    let Some(dst) = self.take_slot() else {
-                        // No slot after all (the only entries are pinned):
-                        // the request waits at the head of the queue.
-                        self.waiting.push_front(w);
-                        break;
-                    };
-                    self.rt.copy_slot(src_slot, dst);
-                    self.rt.truncate_slot(dst, len as u32);
-                    self.stats.send_modify(|s| s.prefix_copies += 1);
-                    (dst, len)
-                }
-                _ => {
-                    // Out of the tier while a slot is found (finding one may
-                    // evict, and so spill, other entries).
-                    // (Looked up again: evictions above may have spilled
-                    // entries into the tier and moved its indices.)
-                    let saved = restore
-                        .and_then(|_| self.host.best(self.prefix_key, &w.sub.req.prompt))
-                        .filter(|&(_, len)| len > reuse_len + self.host.min_tokens)
-                        .and_then(|(i, len)| Some((self.host.take(i)?, len)));
-                    let Some(slot) = self.take_slot() else {
-                        if let Some((e, _)) = saved {
-                            self.host.insert(e);
-                        }
-                        self.waiting.push_front(w);
-                        break;
-                    };
-                    match saved {
-                        Some((mut e, len)) => {
-                            let t = Instant::now();
-                            // The restored cells must cover the prefix.
-                            let ok = self.rt.restore_slot(slot, &e.data)
-                                && self.rt.slot_len(slot) >= len;
-                            if ok {
-                                self.rt.truncate_slot(slot, len as u32);
-                            } else {
-                                self.rt.clear_slot(slot);
-                            }
-                            let ms = t.elapsed().as_secs_f64() * 1e3;
-                            e.last_used = self.next_key;
-                            self.host.insert(e);
-                            self.stats.send_modify(|s| {
-                                s.prefix_host_ms_total += ms;
-                                if ok {
-                                    s.prefix_restores += 1;
-                                    s.prefix_restored_tokens += len as u64;
-                                }
-                            });
-                            (slot, if ok { len } else { 0 })
-                        }
-                        None => (slot, 0),
-                    }
-                }
-            };
-            self.dequeue();
-            if eligible {
-                let per_token = self.cost.prompt_token_ms().unwrap_or(0.0);
-                self.stats.send_modify(|s| {
-                    s.prefix_lookups += 1;
-                    if reused > 0 {
-                        s.prefix_hits += 1;
-                        s.prefix_reused_tokens += reused as u64;
-                        s.prefix_saved_ms_estimate += reused as f64 * per_token;
-                    }
-                });
-            }
-            self.next_key += 1;
-            let waited = w.enqueued.elapsed().as_secs_f64() * 1e3;
-            self.stats.send_modify(|s| s.queue_wait_ms.observe(waited));
-            let _ = w.sub.outbox.try_send(Event::Admitted);
-            let limits = SeqLimits {
-                ctx_limit: self.ctx_limit,
-                max_lag_tokens: self.config.max_lag_tokens,
-            };
-            let mut seq = Sequence::new(self.next_key, slot, w.sub, limits, permit, reused);
-            // Device sampling where the request's sampler is plain greedy;
-            // the slot keeps its path until a request needs the other one.
-            let want = self.config.device_sampling && seq.device_eligible();
-            seq.device = self.rt.set_device_greedy(slot, want);
-            tracing::debug!(request_id = %seq.id, slot, prompt = seq.prompt.len(), reused = seq.reused, "admitted");
-            self.seqs.push(seq);
-        }
-    }
-
     /// This step's prompt budget and expedited prompts: the step-time
     /// target sizes the budget by the learned cost of prompt tokens at their
     /// context position; overdue short prompts (TTFT target) are added on
@@ -827,11 +636,9 @@ impl<B: Backend> Owner<B> {
         let (cached_cells, cached_entries) = (self.cache.cells(), self.cache.len());
         let (host_bytes, host_entries) = (self.host.bytes(), self.host.len());
         let physical = match (self.state_base, self.state_sampled) {
-            // Every 100 ms while busy, and always when nothing is left
-            // running (the loop then sleeps until the next command).
-            (Some(base), t)
-                if self.seqs.is_empty() || t.is_none_or(|t| t.elapsed().as_millis() >= 100) =>
-            {
+            // Every 100 ms while busy, and always once idle (the loop then
+            // blocks until the next command).
+            (Some(base), t) if self.idle() || t.is_none_or(|t| t.elapsed().as_millis() >= 100) => {
                 self.state_sampled = Some(Instant::now());
                 self.rt.state_bytes().map(|b| b.saturating_sub(base) as u64)
             }

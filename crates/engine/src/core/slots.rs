@@ -46,6 +46,40 @@ impl<B: Backend> Owner<B> {
         }
     }
 
+    /// Load a host-tier entry into `slot` and keep its first `len` cells;
+    /// the entry goes back into the tier. Returns the prompt tokens reused
+    /// (0 when llama.cpp refused the state: the slot is then empty).
+    pub(super) fn restore(
+        &mut self,
+        slot: usize,
+        mut e: super::spill::Spilled,
+        len: usize,
+    ) -> usize {
+        let t = std::time::Instant::now();
+        // The restored cells must cover the prefix.
+        let ok = self.rt.restore_slot(slot, &e.data) && self.rt.slot_len(slot) >= len;
+        if ok {
+            self.rt.truncate_slot(slot, len as u32);
+        } else {
+            self.rt.clear_slot(slot);
+        }
+        let ms = t.elapsed().as_secs_f64() * 1e3;
+        e.last_used = self.next_key;
+        self.host.insert(e);
+        self.stats.send_modify(|s| {
+            s.prefix_host_ms_total += ms;
+            if ok {
+                s.prefix_restores += 1;
+                s.prefix_restored_tokens += len as u64;
+            }
+        });
+        if ok {
+            len
+        } else {
+            0
+        }
+    }
+
     /// Drop a cached entry's cells; its slot becomes free.
     pub(super) fn evict(&mut self, slot: usize) {
         if let Some(e) = self.cache.take(slot) {

@@ -1,0 +1,186 @@
+//! Admission: waiting requests into slots, in arrival order, each with a
+//! KV reservation, and with the best reuse of computed state the prefix
+//! cache (slots, then its host tier) can offer. Owner-thread only.
+
+use std::time::{Duration, Instant};
+
+use super::backend::Backend;
+use super::prefix::Reuse;
+use super::sequence::{SeqLimits, Sequence};
+use super::slots::fragments;
+use super::{admission, Owner};
+use crate::stream::Event;
+
+impl<B: Backend> Owner<B> {
+    /// Admit from the head of the queue (arrival order) while a slot is free
+    /// and the ledger can reserve prompt + max_tokens.
+    pub(super) fn admit(&mut self) {
+        // Under measured OS memory pressure, admit slowly (one request per
+        // iteration, and only while fewer than half the slots are busy)
+        // before the host swaps.
+        if self.pressure_checked.elapsed() >= Duration::from_millis(500) {
+            self.pressure_checked = Instant::now();
+            let p = crate::memory::under_pressure();
+            if p != self.pressure {
+                tracing::warn!(pressure = p, "host memory pressure changed");
+                self.pressure = p;
+                self.stats.send_modify(|s| s.memory_pressure = p);
+            }
+        }
+        let mut budget = if self.pressure {
+            usize::from(self.seqs.len() * 2 < self.config.max_seqs)
+        } else {
+            usize::MAX
+        };
+        self.pinned.clear();
+        while let Some(w) = self.waiting.front() {
+            if budget == 0 {
+                break;
+            }
+            budget -= 1;
+            let r = &w.sub.req;
+            let need = admission::cells_needed(self.state_model, r.prompt.len(), r.max_tokens);
+            if self.free_slots.is_empty() && self.cache.len() == 0 {
+                break;
+            }
+            // Prompt scoring needs logits for every prompt token: no reuse.
+            let eligible = self.cache.enabled && !r.prompt_logprobs;
+            // A long prefix that an admitted sequence is still computing:
+            // wait for it and copy it, rather than compute it twice.
+            if eligible && self.sharing_pending(&r.prompt) {
+                break;
+            }
+            let reuse = if eligible {
+                let live = self.seqs.iter().map(|s| (s.slot, s.computed_prompt()));
+                let busy = self.busy_slots();
+                let free = !self.free_slots.is_empty();
+                self.cache.lookup(
+                    self.prefix_key,
+                    &r.prompt,
+                    live,
+                    |s| fragments(&busy, s),
+                    free,
+                )
+            } else {
+                None
+            };
+            // The host tier, when it holds a clearly longer prefix than the
+            // slots do: restore it into a fresh slot instead.
+            let reuse_len = match &reuse {
+                Some(Reuse::Takeover { len, .. } | Reuse::Copy { len, .. }) => *len,
+                None => 0,
+            };
+            let restore = eligible
+                && self
+                    .host
+                    .best(self.prefix_key, &r.prompt)
+                    .is_some_and(|(_, len)| len > reuse_len + self.host.min_tokens);
+            let reuse = if restore { None } else { reuse };
+            // A takeover's cells become the new sequence's: out of the cache
+            // (and its ledger count) before reserving.
+            let taken = match reuse {
+                Some(Reuse::Takeover { slot, .. }) => self.cache.take(slot),
+                _ => None,
+            };
+            self.ledger.set_cached(self.cache.cells());
+            let permit = loop {
+                if let Some(p) = self.ledger.try_reserve(need) {
+                    break Some(p);
+                }
+                match self.cache.lru_slot(&self.pinned) {
+                    Some(s) => self.evict(s),
+                    None => break None,
+                }
+            };
+            let Some(permit) = permit else {
+                if let Some(e) = taken {
+                    self.cache.insert(e);
+                    self.ledger.set_cached(self.cache.cells());
+                }
+                break;
+            };
+            let Some(w) = self.waiting.pop_front() else {
+                break;
+            };
+            let (slot, reused) = match (reuse, taken) {
+                (Some(Reuse::Takeover { len, .. }), Some(e)) => {
+                    // The takeover destroys the entry after the shared
+                    // prefix: a long tail goes to the host tier first.
+                    let slot = e.slot;
+                    if e.tokens.len() >= len + self.host.min_tokens {
+                        self.spill(e);
+                    }
+                    self.rt.truncate_slot(slot, len as u32);
+                    (slot, len)
+                }
+                (Some(Reuse::Copy { src_slot, len }), _) => {
+                    // The source's cells are read at the next decode: it
+                    // must not be evicted in this pass.
+                    self.pinned.push(src_slot);
+                    let Some(dst) = self.take_slot() else {
+                        // No slot after all (the only entries are pinned):
+                        // the request waits at the head of the queue.
+                        self.waiting.push_front(w);
+                        break;
+                    };
+                    self.rt.copy_slot(src_slot, dst);
+                    self.rt.truncate_slot(dst, len as u32);
+                    self.stats.send_modify(|s| s.prefix_copies += 1);
+                    (dst, len)
+                }
+                _ => {
+                    // Out of the tier while a slot is found (finding one may
+                    // evict, and so spill, other entries).
+                    // (Looked up again: evictions above may have spilled
+                    // entries into the tier and moved its indices.)
+                    let saved = if restore {
+                        self.host
+                            .best(self.prefix_key, &w.sub.req.prompt)
+                            .filter(|&(_, len)| len > reuse_len + self.host.min_tokens)
+                            .and_then(|(i, len)| Some((self.host.take(i)?, len)))
+                    } else {
+                        None
+                    };
+                    let Some(slot) = self.take_slot() else {
+                        if let Some((e, _)) = saved {
+                            self.host.insert(e);
+                        }
+                        self.waiting.push_front(w);
+                        break;
+                    };
+                    match saved {
+                        Some((e, len)) => (slot, self.restore(slot, e, len)),
+                        None => (slot, 0),
+                    }
+                }
+            };
+            self.dequeue();
+            if eligible {
+                let per_token = self.cost.prompt_token_ms().unwrap_or(0.0);
+                self.stats.send_modify(|s| {
+                    s.prefix_lookups += 1;
+                    if reused > 0 {
+                        s.prefix_hits += 1;
+                        s.prefix_reused_tokens += reused as u64;
+                        s.prefix_saved_ms_estimate += reused as f64 * per_token;
+                    }
+                });
+            }
+            self.next_key += 1;
+            let waited = w.enqueued.elapsed().as_secs_f64() * 1e3;
+            self.stats.send_modify(|s| s.queue_wait_ms.observe(waited));
+            let _ = w.sub.outbox.try_send(Event::Admitted);
+            let limits = SeqLimits {
+                ctx_limit: self.ctx_limit,
+                max_lag_tokens: self.config.max_lag_tokens,
+            };
+            let mut seq = Sequence::new(self.next_key, slot, w.sub, limits, permit, reused);
+            // Device sampling where the request's sampler is plain greedy;
+            // the slot keeps its path until a request needs the other one.
+            let want = self.config.device_sampling && seq.device_eligible();
+            seq.device = self.rt.set_device_greedy(slot, want);
+            tracing::debug!(request_id = %seq.id, slot, prompt = seq.prompt.len(), reused = seq.reused, "admitted");
+            self.seqs.push(seq);
+        }
+    }
+}
