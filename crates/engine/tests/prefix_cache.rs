@@ -212,3 +212,90 @@ async fn an_evicted_prefix_restored_from_host_memory_gives_the_uncached_output()
     assert_eq!(st.prefix_restores, 1);
     assert_eq!(st.prefix_restored_tokens as usize, p1.len() - 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_unified_pool_a_hit_is_held_once_and_a_cancel_releases_only_its_own_cells() {
+    let path = steward_engine::fetch::ensure_default_model().expect("default model");
+    let mut c = EngineConfig::new(path);
+    c.max_seqs = 4;
+    c.ctx_per_seq = 1024;
+    c.prompt_budget = 128;
+    c.prefix_cache = true;
+    c.kv_unified = true;
+    let h = Engine::start(c).expect("engine starts");
+    assert!(h.wait_ready().await);
+    let sys = system();
+    let pa = chat(
+        &h,
+        vec![msg("system", &sys), msg("user", "Describe the lighthouse.")],
+    )
+    .await;
+    let pb = chat(
+        &h,
+        vec![
+            msg("system", &sys),
+            msg("user", "Which ships are due today?"),
+        ],
+    )
+    .await;
+    let shared = pa.iter().zip(&pb).take_while(|(x, y)| x == y).count();
+    assert!(shared > 100, "{shared}");
+    let (_, a) = run(&h, pa.clone(), 8).await;
+    let a_cells = (pa.len() + 7) as u64;
+    // B shares A's cached prefix (zero-copy in one pool) and decodes.
+    let mut rb = request(pb.clone(), 64);
+    rb.id = "b".into();
+    let mut b = h.submit(rb).unwrap();
+    loop {
+        match b.next().await {
+            Some(Event::Text { .. }) => break,
+            Some(Event::Admitted) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    let t = Instant::now();
+    let st = loop {
+        let st = h.stats();
+        if st.running == 1 && st.kv_cells_used > 0 {
+            break st;
+        }
+        assert!(t.elapsed().as_secs() < 5, "{st:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    };
+    // Held once: A's cells plus B's own, not B's whole prompt again.
+    let held = st.kv_cells_used + st.kv_cells_cached;
+    assert!(
+        held < a_cells + pb.len() as u64,
+        "held {held}: the shared prefix is counted twice"
+    );
+    assert!(
+        st.kv_cells_used >= shared as u64,
+        "B reads the shared cells"
+    );
+    // Cancelled while decoding: only B's own cells go.
+    assert!(h.cancel("b"));
+    while b.next().await.is_some() {}
+    let t = Instant::now();
+    let st = loop {
+        let st = h.stats();
+        if st.running == 0 && st.kv_cells_used == 0 && st.kv_bytes_physical > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+            break h.stats();
+        }
+        assert!(t.elapsed().as_secs() < 5, "{st:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    };
+    assert_eq!(st.kv_cells_cached, a_cells, "A's entry, whole");
+    let ledger = st.kv_cells_cached * st.kv_bytes_per_cell;
+    assert!(
+        st.kv_bytes_physical >= ledger && st.kv_bytes_physical <= ledger + 64 * st.kv_cells_cached,
+        "llama.cpp holds {} bytes, the ledger counts {ledger} ({} cells)",
+        st.kv_bytes_physical,
+        st.kv_cells_cached
+    );
+    // A's cells were never touched: its prompt again reuses all but the
+    // last token.
+    let (_, again) = run(&h, pa.clone(), 8).await;
+    assert_eq!(again.cached_tokens as usize, pa.len() - 1);
+    assert_eq!(a.cached_tokens, 0);
+}

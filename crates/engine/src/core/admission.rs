@@ -1,11 +1,17 @@
 //! Admission: the KV-cell ledger and the permit a sequence holds while it
 //! lives.
 //!
-//! A request is admitted only when cells for prompt + max_tokens can be
-//! reserved. The permit starts as that reservation; as the sequence computes
-//! tokens, cells move from "reserved growth" to "used"; dropping the permit
-//! (the sequence retiring, whatever the reason) releases all of it, exactly
-//! once. Owner-thread only (`Rc`, `Cell`): no locks.
+//! The ledger has two parts. `held`: the cells the KV cache physically
+//! holds, each counted once however many sequences read it (the owner sets
+//! it from the cell map, `core/trie.rs`, after every change), of which
+//! `cached` are read by no running sequence (the prefix cache's, evictable).
+//! `reserved`: growth promised to admitted sequences and not yet computed.
+//! A request is admitted only when `held + reserved` plus its own growth
+//! (prompt + max_tokens, less the cells it reuses) and the cells its reuse
+//! adds at once (a duplicating copy) fit the capacity. The permit starts as
+//! that reservation and shrinks as the sequence computes; dropping it (the
+//! sequence retiring, whatever the reason) releases the rest, exactly once.
+//! Owner-thread only (`Rc`, `Cell`): no locks.
 //!
 //! State model: attention KV grows one cell per token; a recurrent model's
 //! state is fixed per sequence, so its permit reserves one unit.
@@ -16,10 +22,11 @@ use std::rc::Rc;
 #[derive(Debug, Default)]
 struct Counters {
     capacity: Cell<u64>,
-    used: Cell<u64>,
     reserved: Cell<u64>,
     permits: Cell<u64>,
-    /// Cells held by the prefix cache: evictable, but counted until evicted.
+    /// Cells held, each once.
+    held: Cell<u64>,
+    /// Of `held`, the cells no running sequence reads (prefix cache).
     cached: Cell<u64>,
 }
 
@@ -37,7 +44,6 @@ pub enum StateModel {
 #[derive(Debug)]
 pub struct Permit {
     ledger: Rc<Counters>,
-    used: u64,
     reserved: u64,
 }
 
@@ -48,23 +54,24 @@ impl Ledger {
         Ledger(Rc::new(c))
     }
 
-    /// Reserve `cells` for a new sequence, if they fit.
-    pub fn try_reserve(&self, cells: u64) -> Option<Permit> {
+    /// Reserve `growth` cells for a new sequence whose admission also adds
+    /// `adds` held cells at once, if both fit.
+    pub fn try_reserve(&self, growth: u64, adds: u64) -> Option<Permit> {
         let c = &self.0;
-        if c.used.get() + c.reserved.get() + c.cached.get() + cells > c.capacity.get() {
+        if c.held.get() + c.reserved.get() + growth + adds > c.capacity.get() {
             return None;
         }
-        c.reserved.set(c.reserved.get() + cells);
+        c.reserved.set(c.reserved.get() + growth);
         c.permits.set(c.permits.get() + 1);
         Some(Permit {
             ledger: self.0.clone(),
-            used: 0,
-            reserved: cells,
+            reserved: growth,
         })
     }
 
+    /// Held cells that running sequences read.
     pub fn used(&self) -> u64 {
-        self.0.used.get()
+        self.0.held.get() - self.0.cached.get()
     }
     pub fn reserved(&self) -> u64 {
         self.0.reserved.get()
@@ -78,21 +85,22 @@ impl Ledger {
     pub fn cached(&self) -> u64 {
         self.0.cached.get()
     }
-    /// The prefix cache's owner reports what it holds after every change.
-    pub fn set_cached(&self, cells: u64) {
-        self.0.cached.set(cells);
+    /// The cell map's owner reports what is held after every change.
+    pub fn set_held(&self, held: u64, cached: u64) {
+        debug_assert!(cached <= held);
+        self.0.held.set(held);
+        self.0.cached.set(cached.min(held));
     }
 }
 
 impl Permit {
-    /// `n` more cells are now computed (taken from the reservation first).
+    /// `n` more cells are now computed: the reservation shrinks (past it,
+    /// they are simply held).
     pub fn consume(&mut self, n: u64) {
         let from_reserved = n.min(self.reserved);
         self.reserved -= from_reserved;
-        self.used += n;
         let c = &self.ledger;
         c.reserved.set(c.reserved.get() - from_reserved);
-        c.used.set(c.used.get() + n);
     }
 }
 
@@ -100,7 +108,6 @@ impl Drop for Permit {
     fn drop(&mut self) {
         let c = &self.ledger;
         c.reserved.set(c.reserved.get() - self.reserved);
-        c.used.set(c.used.get() - self.used);
         c.permits.set(c.permits.get() - 1);
     }
 }
@@ -120,26 +127,33 @@ mod tests {
     #[test]
     fn reserve_consume_release_exactly_once() {
         let l = Ledger::new(100);
-        let mut a = l.try_reserve(60).unwrap();
-        assert!(l.try_reserve(41).is_none(), "over capacity");
-        let b = l.try_reserve(40).unwrap();
+        let mut a = l.try_reserve(60, 0).unwrap();
+        assert!(l.try_reserve(41, 0).is_none(), "over capacity");
+        let b = l.try_reserve(40, 0).unwrap();
         a.consume(10);
+        l.set_held(10, 0);
         assert_eq!((l.used(), l.reserved()), (10, 90));
         drop(b);
         assert_eq!((l.used(), l.reserved(), l.permits()), (10, 50, 1));
-        a.consume(55); // beyond the reservation: counted as used
+        a.consume(55); // beyond the reservation: only held
+        l.set_held(65, 0);
         assert_eq!((l.used(), l.reserved()), (65, 0));
         drop(a);
+        l.set_held(0, 0);
         assert_eq!((l.used(), l.reserved(), l.permits()), (0, 0, 0));
     }
 
     #[test]
-    fn cached_cells_count_until_evicted() {
+    fn held_cells_count_until_freed_and_immediate_adds_count_too() {
         let l = Ledger::new(100);
-        l.set_cached(70);
-        assert!(l.try_reserve(31).is_none(), "cached cells still count");
-        l.set_cached(60);
-        let p = l.try_reserve(40).unwrap();
+        l.set_held(70, 70);
+        assert!(l.try_reserve(31, 0).is_none(), "cached cells still count");
+        l.set_held(60, 60);
+        assert!(
+            l.try_reserve(30, 11).is_none(),
+            "a duplicating copy adds cells"
+        );
+        let p = l.try_reserve(40, 0).unwrap();
         assert_eq!(l.cached() + l.reserved(), 100);
         drop(p);
     }

@@ -51,14 +51,16 @@ impl<B: Backend> Owner<B> {
                 break;
             }
             let reuse = if eligible {
-                let live = self.seqs.iter().map(|s| (s.slot, s.computed_prompt()));
+                let best = self.cells.longest(self.prefix_key, &r.prompt);
                 let busy = self.busy_slots();
                 let free = !self.free_slots.is_empty();
+                // One pool: no stream runs to keep together.
+                let share = self.cache.share;
                 self.cache.lookup(
                     self.prefix_key,
                     &r.prompt,
-                    live,
-                    |s| fragments(&busy, s),
+                    best,
+                    |s| !share && fragments(&busy, s),
                     free,
                 )
             } else {
@@ -70,32 +72,47 @@ impl<B: Backend> Owner<B> {
                 Some(Reuse::Takeover { len, .. } | Reuse::Copy { len, .. }) => *len,
                 None => 0,
             };
-            let restore = eligible
-                && self
-                    .host
-                    .best(self.prefix_key, &r.prompt)
-                    .is_some_and(|(_, len)| len > reuse_len + self.host.min_tokens);
+            let host_len = self
+                .host
+                .best(self.prefix_key, &r.prompt)
+                .map_or(0, |(_, len)| len);
+            let restore = eligible && host_len > reuse_len + self.host.min_tokens;
             let reuse = if restore { None } else { reuse };
-            // A takeover's cells become the new sequence's: out of the cache
-            // (and its ledger count) before reserving.
-            let taken = match reuse {
-                Some(Reuse::Takeover { slot, .. }) => self.cache.take(slot),
-                _ => None,
+            // The reservation is the growth beyond the reused cells; cells a
+            // copy duplicates or a restore loads are held at once.
+            let (reserved_reuse, adds) = match &reuse {
+                Some(Reuse::Takeover { len, .. }) => (*len, 0),
+                Some(Reuse::Copy { len, .. }) if self.cache.share => (*len, 0),
+                Some(Reuse::Copy { len, .. }) => (*len, *len),
+                None if restore => (host_len, host_len),
+                None => (0, 0),
             };
-            self.ledger.set_cached(self.cache.cells());
+            let growth = need.saturating_sub(reserved_reuse as u64);
+            // A takeover's entry leaves the cache; it and a copy source must
+            // survive the evictions below.
+            let taken = match reuse {
+                Some(Reuse::Takeover { slot, .. }) => {
+                    self.pinned.push(slot);
+                    self.cache.take(slot)
+                }
+                Some(Reuse::Copy { src_slot, .. }) => {
+                    self.pinned.push(src_slot);
+                    None
+                }
+                None => None,
+            };
+            self.sync_ledger();
             let permit = loop {
-                if let Some(p) = self.ledger.try_reserve(need) {
+                if let Some(p) = self.ledger.try_reserve(growth, adds as u64) {
                     break Some(p);
                 }
-                match self.cache.lru_slot(&self.pinned) {
-                    Some(s) => self.evict(s),
-                    None => break None,
+                if !self.evict_lru() {
+                    break None;
                 }
             };
             let Some(permit) = permit else {
                 if let Some(e) = taken {
                     self.cache.insert(e);
-                    self.ledger.set_cached(self.cache.cells());
                 }
                 break;
             };
@@ -110,21 +127,18 @@ impl<B: Backend> Owner<B> {
                     if e.tokens.len() >= len + self.host.min_tokens {
                         self.spill(e);
                     }
-                    self.rt.truncate_slot(slot, len as u32);
+                    self.kv_truncate(slot, len);
                     (slot, len)
                 }
                 (Some(Reuse::Copy { src_slot, len }), _) => {
-                    // The source's cells are read at the next decode: it
-                    // must not be evicted in this pass.
-                    self.pinned.push(src_slot);
+                    // The source (pinned above) is read at the next decode.
                     let Some(dst) = self.take_slot() else {
                         // No slot after all (the only entries are pinned):
                         // the request waits at the head of the queue.
                         self.waiting.push_front(w);
                         break;
                     };
-                    self.rt.copy_slot(src_slot, dst);
-                    self.rt.truncate_slot(dst, len as u32);
+                    self.kv_copy(src_slot, dst, len);
                     self.stats.send_modify(|s| s.prefix_copies += 1);
                     (dst, len)
                 }

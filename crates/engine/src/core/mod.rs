@@ -25,6 +25,7 @@ pub mod scheduler;
 mod sequence;
 mod slots;
 mod spill;
+mod trie;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -216,9 +217,12 @@ pub(crate) struct Owner<B: Backend> {
     state_base: Option<usize>,
     state_sampled: Option<Instant>,
     prefix_key: PrefixKey,
-    /// Cached slots that are copy sources in this admission pass (the copy
-    /// runs at the start of this iteration's step).
+    /// Slots this admission pass must not evict: copy sources (the copy
+    /// runs at the start of this iteration's step) and taken-over entries.
     pinned: Vec<usize>,
+    /// What every slot's KV cells hold, shared cells once (`core/trie.rs`):
+    /// the ledger's `held` and the evictions' order come from it.
+    cells: trie::CellTrie,
 }
 
 impl<B: Backend> Owner<B> {
@@ -272,9 +276,11 @@ impl<B: Backend> Owner<B> {
             cache: PrefixCache::new(
                 c.prefix_cache && state_model == StateModel::PerToken,
                 c.prefix_copy_min,
+                c.kv_unified,
             ),
             prefix_key: args.prefix_key,
             pinned: Vec::new(),
+            cells: trie::CellTrie::new(c.kv_unified),
             config: c,
         }
     }
@@ -290,6 +296,8 @@ impl<B: Backend> Owner<B> {
         self.step();
         let step = self.last_step.take();
         self.publish(step);
+        #[cfg(test)]
+        self.check_cells();
         true
     }
 
@@ -429,6 +437,7 @@ impl<B: Backend> Owner<B> {
         self.rt.clear();
         let mut rows: Vec<(usize, usize)> = Vec::new(); // (seq index, batch row)
         let mut scored: Vec<(usize, usize, usize)> = Vec::new(); // (seq, chunk, first row)
+        let mut decoded_tokens: Vec<(usize, crate::model::TokenId)> = Vec::new(); // (slot, token)
         let mut built = Ok(());
         // Batch rows in slot order. With per-slot KV streams llama.cpp splits
         // a batch into one ubatch (one pass over the weights) per run of
@@ -439,8 +448,12 @@ impl<B: Backend> Owner<B> {
         for si in order {
             let seq = &mut self.seqs[si];
             if plan.decode.contains(&seq.key) {
+                let tok = seq.pending();
                 match seq.push_decode(&mut self.rt) {
-                    Ok(row) => rows.push((si, row)),
+                    Ok(row) => {
+                        rows.push((si, row));
+                        decoded_tokens.extend(tok.map(|t| (seq.slot, t)));
+                    }
                     Err(e) => built = Err(e),
                 }
             } else if let Some(ci) = plan.chunks.iter().position(|c| c.key == seq.key) {
@@ -484,8 +497,17 @@ impl<B: Backend> Owner<B> {
             return;
         }
         let n_prompt: usize = plan.chunks.iter().map(|c| c.len).sum();
+        // The step's cells, into the cell map: each decoder's token, each
+        // chunk's run (a padded tail replaces the cells it recomputed).
+        let tick = self.next_key;
+        for &(slot, tok) in &decoded_tokens {
+            self.cells.extend(slot, self.prefix_key, &[tok], tick);
+        }
         for c in &plan.chunks {
             if let Some(seq) = self.seqs.iter_mut().find(|s| s.key == c.key) {
+                self.cells.truncate(seq.slot, c.start);
+                let run = &seq.prompt[c.start..c.start + c.len];
+                self.cells.extend(seq.slot, self.prefix_key, run, tick);
                 seq.chunk_done(c);
             }
         }
@@ -569,17 +591,16 @@ impl<B: Backend> Owner<B> {
             Vec::new()
         };
         if tokens.is_empty() {
-            self.rt.clear_slot(seq.slot);
+            self.kv_clear(seq.slot);
             self.free_slots.push(seq.slot);
         } else {
-            self.rt.truncate_slot(seq.slot, tokens.len() as u32);
+            self.kv_truncate(seq.slot, tokens.len());
             self.cache.insert(prefix::Entry {
                 slot: seq.slot,
                 key: self.prefix_key,
                 tokens,
                 last_used: self.next_key,
             });
-            self.ledger.set_cached(self.cache.cells());
         }
         if let Some((ns, steps)) = seq.constraint_cost() {
             self.stats.send_modify(|s| {
@@ -618,6 +639,7 @@ impl<B: Backend> Owner<B> {
     }
 
     fn publish(&mut self, step: Option<(f64, usize)>) {
+        self.sync_ledger();
         let running = self.seqs.iter().filter(|s| s.is_decoding()).count();
         let prefilling = self.seqs.len() - running;
         let (used, reserved, permits) = (
@@ -633,7 +655,7 @@ impl<B: Backend> Owner<B> {
             .filter(|s| s.paused_since.is_some())
             .count();
         let outboxes = self.seqs.len() + self.draining.len() + self.waiting.len();
-        let (cached_cells, cached_entries) = (self.cache.cells(), self.cache.len());
+        let (cached_cells, cached_entries) = (self.ledger.cached(), self.cache.len());
         let (host_bytes, host_entries) = (self.host.bytes(), self.host.len());
         let physical = match (self.state_base, self.state_sampled) {
             // Every 100 ms while busy, and always once idle (the loop then

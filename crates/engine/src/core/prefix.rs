@@ -1,20 +1,26 @@
 //! The prefix cache: computed KV state kept after its sequence ends, reused
 //! by later requests whose prompts start with the same tokens.
 //!
-//! Layout. Each slot owns one KV stream (per-slot streams measured 2.2×
-//! faster than llama.cpp's unified pool at 32 streams, docs/BENCHMARKS.md),
-//! so a cache entry *is* a slot: an idle slot whose cells still hold the
-//! tokens of the sequence that last ran there. There are at most
-//! `max_seqs` entries, so a lookup is a scan of common prefixes, not a trie.
+//! Layout. A cache entry is a slot (a llama.cpp sequence id): an idle slot
+//! whose cells still hold the tokens of the sequence that last ran there.
+//! There are at most `max_seqs` entries, so a lookup is a scan of common
+//! prefixes. What the cells physically are — which runs are shared between
+//! slots, what clearing a slot frees, which leaf to evict — is the cell
+//! map's business (`core/trie.rs`): with per-slot KV streams (the default,
+//! measured 2.2× faster than the unified pool at 32 streams) every slot's
+//! cells are its own; with `--kv-unified` a copy shares them.
 //!
 //! Reuse, in order of preference:
 //! 1. **Takeover** (zero-copy): a new request takes the cached slot with the
 //!    longest common prefix; the slot is truncated after it and the request
 //!    computes only the rest.
 //! 2. **Copy** from a live sequence (whose cells must never change under
-//!    it): llama.cpp copies a whole stream between slots, a fixed cost per
-//!    copy (measured in docs/BENCHMARKS.md), so it is done only for a shared
-//!    prefix of at least `copy_min` tokens.
+//!    it) or an entry: llama.cpp copies a whole stream between slots, a
+//!    fixed cost per copy (measured in docs/BENCHMARKS.md), so it is done
+//!    only for a shared prefix of at least `copy_min` tokens. In a unified
+//!    pool (`share`) a copy only adds the new sequence to the cells: any
+//!    shared prefix is copied while a slot is free, and an entry is taken
+//!    over (its tail destroyed) only when no slot is.
 //!
 //! Keyed by identity: an entry records the `PrefixKey` it was computed
 //! under (model identity, adapters and their load generation, media
@@ -63,6 +69,8 @@ pub(super) struct PrefixCache {
     pub enabled: bool,
     /// Shortest shared prefix worth a whole-stream copy.
     pub copy_min: usize,
+    /// Copies share cells (unified KV pool): zero-copy.
+    pub share: bool,
 }
 
 /// Length of the common prefix of two token sequences.
@@ -71,11 +79,12 @@ pub(super) fn common_prefix(a: &[TokenId], b: &[TokenId]) -> usize {
 }
 
 impl PrefixCache {
-    pub fn new(enabled: bool, copy_min: usize) -> Self {
+    pub fn new(enabled: bool, copy_min: usize, share: bool) -> Self {
         PrefixCache {
             entries: Vec::new(),
             enabled,
             copy_min: copy_min.max(1),
+            share,
         }
     }
 
@@ -83,9 +92,16 @@ impl PrefixCache {
         self.entries.len()
     }
 
-    /// Cells held by cached entries.
-    pub fn cells(&self) -> u64 {
-        self.entries.iter().map(|e| e.tokens.len() as u64).sum()
+    /// The entry in `slot` keeps its first `len` tokens (an eviction cut
+    /// its tail); false when `slot` holds no entry.
+    pub fn truncate(&mut self, slot: usize, len: usize) -> bool {
+        match self.entries.iter_mut().find(|e| e.slot == slot) {
+            Some(e) => {
+                e.tokens.truncate(len);
+                true
+            }
+            None => false,
+        }
     }
 
     pub fn slots(&self) -> impl Iterator<Item = usize> + '_ {
@@ -98,7 +114,9 @@ impl PrefixCache {
 
     /// Best reuse for `prompt` under `key`. At least the prompt's last token
     /// is always computed (its logits give the first sampled token).
-    /// `live`: (slot, computed prompt tokens) of admitted sequences.
+    /// `best`: (length, slot) of the longest computed prefix of `prompt` in
+    /// any slot, running or cached (the cell map's `longest`): the copy
+    /// source.
     /// `fragments(slot)`: running a sequence in `slot` would split the busy
     /// slots into one more run (llama.cpp then makes one more pass over the
     /// weights every step, for the sequence's whole life: far dearer than
@@ -112,11 +130,11 @@ impl PrefixCache {
     /// go). Otherwise a long shared prefix is copied out of the entry (which
     /// stays), and a short one (a chat template's first tokens) is
     /// recomputed in a free slot.
-    pub fn lookup<'a>(
+    pub fn lookup(
         &self,
         key: PrefixKey,
         prompt: &[TokenId],
-        live: impl Iterator<Item = (usize, &'a [TokenId])>,
+        best: Option<(usize, usize)>,
         fragments: impl Fn(usize) -> bool,
         free_slot: bool,
     ) -> Option<Reuse> {
@@ -124,6 +142,7 @@ impl PrefixCache {
             return None;
         }
         let cap = prompt.len() - 1;
+        let copy_min = if self.share { 1 } else { self.copy_min };
         // Longest match; among equals the lowest slot.
         let longest = |it: &mut dyn Iterator<Item = (usize, usize)>| {
             it.filter(|&(len, _)| len > 0)
@@ -148,24 +167,24 @@ impl PrefixCache {
             &mut matches
                 .iter()
                 .filter(|&&(len, s, n)| {
-                    !fragments(s) && (n - len <= len || !free_slot || Some(s) == lru)
+                    let keeps = if self.share {
+                        // A free slot makes the copy free of loss.
+                        !free_slot
+                    } else {
+                        n - len <= len || !free_slot || Some(s) == lru
+                    };
+                    !fragments(s) && keeps
                 })
                 .map(|&(len, s, _)| (len, s)),
         );
-        let copy = longest(
-            &mut matches
-                .iter()
-                .map(|&(len, s, _)| (len, s))
-                .chain(live.map(|(slot, toks)| (common_prefix(toks, prompt).min(cap), slot))),
-        )
-        .filter(|&(len, _)| len >= self.copy_min);
+        let copy = best
+            .map(|(len, s)| (len.min(cap), s))
+            .filter(|&(len, _)| len >= copy_min);
         match (takeover, copy) {
-            (Some((len, _)), Some((clen, src))) if clen > len + self.copy_min => {
-                Some(Reuse::Copy {
-                    src_slot: src,
-                    len: clen,
-                })
-            }
+            (Some((len, _)), Some((clen, src))) if clen > len + copy_min => Some(Reuse::Copy {
+                src_slot: src,
+                len: clen,
+            }),
             (Some((len, slot)), _) => Some(Reuse::Takeover { slot, len }),
             (None, Some((len, src))) => Some(Reuse::Copy { src_slot: src, len }),
             (None, None) => None,
@@ -210,7 +229,7 @@ mod tests {
     }
 
     fn cache_with(entries: &[(usize, u64, &[TokenId])]) -> PrefixCache {
-        let mut c = PrefixCache::new(true, 8);
+        let mut c = PrefixCache::new(true, 8, false);
         for (i, &(slot, m, toks)) in entries.iter().enumerate() {
             c.insert(Entry {
                 slot,
@@ -222,28 +241,31 @@ mod tests {
         c
     }
 
+    /// The copy source the owner passes: the cell map's longest match over
+    /// these slots' cells.
+    fn best(slots: &[(usize, &[TokenId])], prompt: &[TokenId]) -> Option<(usize, usize)> {
+        let mut t = super::super::trie::CellTrie::new(false);
+        for &(slot, toks) in slots {
+            t.extend(slot, key(1), toks, 0);
+        }
+        t.longest(key(1), prompt)
+    }
+
     #[test]
     fn longest_match_wins_and_the_last_prompt_token_is_always_computed() {
         let c = cache_with(&[(3, 1, &[1, 2, 3]), (5, 1, &[1, 2, 3, 4, 5, 6])]);
-        let none = std::iter::empty();
         assert_eq!(
-            c.lookup(key(1), &[1, 2, 3, 4, 9], none, |_| false, true),
+            c.lookup(key(1), &[1, 2, 3, 4, 9], None, |_| false, true),
             Some(Reuse::Takeover { slot: 5, len: 4 })
         );
         // The whole prompt is cached: all but its last token are reused
         // (both entries give 3; the lower slot wins the tie).
         assert_eq!(
-            c.lookup(key(1), &[1, 2, 3, 4], std::iter::empty(), |_| false, true),
+            c.lookup(key(1), &[1, 2, 3, 4], None, |_| false, true),
             Some(Reuse::Takeover { slot: 3, len: 3 })
         );
         assert_eq!(
-            c.lookup(
-                key(1),
-                &[1, 2, 3, 4, 5, 6, 7],
-                std::iter::empty(),
-                |_| false,
-                true
-            ),
+            c.lookup(key(1), &[1, 2, 3, 4, 5, 6, 7], None, |_| false, true),
             Some(Reuse::Takeover { slot: 5, len: 6 })
         );
     }
@@ -252,24 +274,12 @@ mod tests {
     fn other_identity_or_other_preceding_context_never_matches() {
         let c = cache_with(&[(0, 1, &[1, 2, 3, 4, 5])]);
         assert_eq!(
-            c.lookup(
-                key(2),
-                &[1, 2, 3, 4, 5, 6],
-                std::iter::empty(),
-                |_| false,
-                true
-            ),
+            c.lookup(key(2), &[1, 2, 3, 4, 5, 6], None, |_| false, true),
             None
         );
         // Same suffix under a different first token: no match.
         assert_eq!(
-            c.lookup(
-                key(1),
-                &[9, 2, 3, 4, 5, 6],
-                std::iter::empty(),
-                |_| false,
-                true
-            ),
+            c.lookup(key(1), &[9, 2, 3, 4, 5, 6], None, |_| false, true),
             None
         );
     }
@@ -278,7 +288,7 @@ mod tests {
     fn ties_prefer_the_lowest_slot_and_lru_is_the_oldest() {
         let c = cache_with(&[(7, 1, &[1, 2, 8]), (2, 1, &[1, 2, 9])]);
         assert_eq!(
-            c.lookup(key(1), &[1, 2, 5], std::iter::empty(), |_| false, true),
+            c.lookup(key(1), &[1, 2, 5], None, |_| false, true),
             Some(Reuse::Takeover { slot: 2, len: 2 })
         );
         assert_eq!(c.lru_slot(&[]), Some(7));
@@ -291,30 +301,18 @@ mod tests {
         let long: Vec<TokenId> = (1..40).collect();
         let mut prompt = long.clone();
         prompt.push(99);
-        let live = [(4usize, long.as_slice())];
+        let slots = [(0usize, &[1, 2][..]), (4, long.as_slice())];
         assert_eq!(
-            c.lookup(
-                key(1),
-                &prompt,
-                live.iter().map(|(s, t)| (*s, *t)),
-                |_| false,
-                true
-            ),
+            c.lookup(key(1), &prompt, best(&slots, &prompt), |_| false, true),
             Some(Reuse::Copy {
                 src_slot: 4,
                 len: 39
             })
         );
         // Shorter than copy_min: only the cached takeover.
-        let live = [(4usize, &long[..5])];
+        let slots = [(0usize, &[1, 2][..]), (4, &long[..5])];
         assert_eq!(
-            c.lookup(
-                key(1),
-                &prompt,
-                live.iter().map(|(s, t)| (*s, *t)),
-                |_| false,
-                true
-            ),
+            c.lookup(key(1), &prompt, best(&slots, &prompt), |_| false, true),
             Some(Reuse::Takeover { slot: 0, len: 2 })
         );
     }
@@ -327,7 +325,13 @@ mod tests {
         prompt.push(99);
         // Slot 9 would split the busy slots: copy it (long prefix)...
         assert_eq!(
-            c.lookup(key(1), &prompt, std::iter::empty(), |s| s == 9, true),
+            c.lookup(
+                key(1),
+                &prompt,
+                best(&[(9, &long)], &prompt),
+                |s| s == 9,
+                true
+            ),
             Some(Reuse::Copy {
                 src_slot: 9,
                 len: 39
@@ -335,7 +339,13 @@ mod tests {
         );
         // ...or, for a short one, reuse nothing.
         assert_eq!(
-            c.lookup(key(1), &[1, 2, 3, 7], std::iter::empty(), |s| s == 9, true),
+            c.lookup(
+                key(1),
+                &[1, 2, 3, 7],
+                best(&[(9, &long)], &[1, 2, 3, 7]),
+                |s| s == 9,
+                true
+            ),
             None
         );
     }
@@ -348,37 +358,26 @@ mod tests {
         // Only the first 3 tokens match: taking the slot over would destroy
         // 56 cached tokens to reuse 3. With a free slot: recompute.
         assert_eq!(
-            c.lookup(
-                key(1),
-                &[1, 2, 3, 99, 98],
-                std::iter::empty(),
-                |_| false,
-                true
-            ),
+            c.lookup(key(1), &[1, 2, 3, 99, 98], None, |_| false, true),
             None
         );
         // No free slot: the entry goes anyway, so reuse what matches.
         assert_eq!(
-            c.lookup(
-                key(1),
-                &[1, 2, 3, 99, 98],
-                std::iter::empty(),
-                |_| false,
-                false
-            ),
+            c.lookup(key(1), &[1, 2, 3, 99, 98], None, |_| false, false),
             Some(Reuse::Takeover { slot: 0, len: 3 })
         );
         // The LRU entry is the next to go anyway: reuse what matches.
         let lru = cache_with(&[(0, 1, &long), (5, 1, &[7, 7])]);
         assert_eq!(
-            lru.lookup(key(1), &[1, 2, 3, 9], std::iter::empty(), |_| false, true),
+            lru.lookup(key(1), &[1, 2, 3, 9], None, |_| false, true),
             Some(Reuse::Takeover { slot: 0, len: 3 })
         );
         // A long shared prefix that is not most of the entry: copied out.
         let mut p: Vec<TokenId> = (1..20).collect();
         p.push(99);
+        let slots = [(5usize, &[7, 7][..]), (0, &long)];
         assert_eq!(
-            c.lookup(key(1), &p, std::iter::empty(), |_| false, true),
+            c.lookup(key(1), &p, best(&slots, &p), |_| false, true),
             Some(Reuse::Copy {
                 src_slot: 0,
                 len: 19
@@ -387,15 +386,34 @@ mod tests {
     }
 
     #[test]
+    fn in_a_shared_pool_a_free_slot_makes_every_match_a_copy() {
+        let long: Vec<TokenId> = (1..60).collect();
+        let mut c = cache_with(&[(0, 1, &long)]);
+        c.share = true;
+        let p = [1, 2, 3, 99];
+        let b = best(&[(0, &long)], &p);
+        // Zero-copy: even a short prefix is shared, and the entry is kept.
+        assert_eq!(
+            c.lookup(key(1), &p, b, |_| false, true),
+            Some(Reuse::Copy {
+                src_slot: 0,
+                len: 3
+            })
+        );
+        // No free slot: the entry is taken over.
+        assert_eq!(
+            c.lookup(key(1), &p, b, |_| false, false),
+            Some(Reuse::Takeover { slot: 0, len: 3 })
+        );
+    }
+
+    #[test]
     fn disabled_cache_finds_nothing() {
         let mut c = cache_with(&[(0, 1, &[1, 2, 3])]);
         c.enabled = false;
-        assert_eq!(
-            c.lookup(key(1), &[1, 2, 3, 4], std::iter::empty(), |_| false, true),
-            None
-        );
-        assert_eq!(c.cells(), 3);
-        assert_eq!(c.take(0).map(|e| e.tokens.len()), Some(3));
+        assert_eq!(c.lookup(key(1), &[1, 2, 3, 4], None, |_| false, true), None);
+        assert!(c.truncate(0, 2));
+        assert_eq!(c.take(0).map(|e| e.tokens.len()), Some(2));
         assert_eq!(c.len(), 0);
     }
 }

@@ -90,13 +90,12 @@ impl Sequence {
         slot: usize,
         sub: Submission,
         limits: SeqLimits,
-        mut permit: Permit,
+        permit: Permit,
         reused: usize,
     ) -> Self {
         let r = sub.req;
         let ctx_limit = limits.ctx_limit;
         let reused = reused.min(r.prompt.len().saturating_sub(1));
-        permit.consume(reused as u64);
         Sequence {
             key,
             id: r.id,
@@ -195,6 +194,11 @@ impl Sequence {
     /// Tokens stored in the slot's KV cells.
     pub fn n_past(&self) -> u32 {
         self.computed as u32 + self.generated.saturating_sub(1)
+    }
+
+    /// The sampled token the next decode step feeds back.
+    pub fn pending(&self) -> Option<TokenId> {
+        self.pending
     }
 
     /// Prompt tokens still to compute.

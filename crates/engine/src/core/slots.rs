@@ -1,5 +1,7 @@
-//! Slot placement: which slot a new sequence gets, and the prefix cache's
-//! evictions. Owner-thread only, like the rest of `core`.
+//! Slot placement: which slot a new sequence gets, the prefix cache's
+//! evictions, and every KV edit the owner makes outside a step (each one
+//! mirrored in the cell map, `core/trie.rs`). Owner-thread only, like the
+//! rest of `core`.
 //!
 //! With per-slot KV streams llama.cpp makes one pass over the weights per
 //! run of consecutive busy slot ids, every step (see `Owner::step`), so a
@@ -10,6 +12,80 @@ use super::{prefix, Owner};
 use crate::model::TokenId;
 
 impl<B: Backend> Owner<B> {
+    /// `slot` keeps its first `len` cells.
+    pub(super) fn kv_truncate(&mut self, slot: usize, len: usize) {
+        self.rt.truncate_slot(slot, len as u32);
+        self.cells.truncate(slot, len);
+    }
+
+    pub(super) fn kv_clear(&mut self, slot: usize) {
+        self.rt.clear_slot(slot);
+        self.cells.clear(slot);
+    }
+
+    /// The empty slot `dst` gets the first `len` cells of `src` (llama.cpp
+    /// shares them in a unified pool, copies them between per-slot streams).
+    pub(super) fn kv_copy(&mut self, src: usize, dst: usize, len: usize) {
+        self.rt.copy_slot(src, dst);
+        self.rt.truncate_slot(dst, len as u32);
+        self.cells.copy(src, dst, len, self.next_key);
+    }
+
+    /// The ledger's `held` and `cached`, from the cell map.
+    pub(super) fn sync_ledger(&self) {
+        let busy = self.busy_slots();
+        let cached = self.cells.idle_cells(|s| busy.contains(&s));
+        self.ledger.set_held(self.cells.cells(), cached);
+    }
+
+    /// Make room: cut the least recently used leaf of the cell map that no
+    /// running sequence (or pinned slot) reads. Slots cut to nothing are
+    /// evicted (their entry may go to the host tier); the others keep the
+    /// shared prefix before the leaf. False when nothing can go.
+    pub(super) fn evict_lru(&mut self) -> bool {
+        let busy = self.busy_slots();
+        let pinned = &self.pinned;
+        let Some((cut, slots)) = self
+            .cells
+            .lru_leaf(|s| busy.contains(&s) || pinned.contains(&s))
+        else {
+            return false;
+        };
+        let mut freed = false;
+        for slot in slots {
+            if cut == 0 {
+                freed |= self.evict(slot);
+            } else if self.cache.truncate(slot, cut) {
+                let t = std::time::Instant::now();
+                self.kv_truncate(slot, cut);
+                let ms = t.elapsed().as_secs_f64() * 1e3;
+                self.stats.send_modify(|s| {
+                    s.prefix_evictions += 1;
+                    s.prefix_eviction_ms_total += ms;
+                });
+                freed = true;
+            }
+        }
+        self.sync_ledger();
+        freed
+    }
+
+    /// Every slot's cells in the cell map equal what its owner says they
+    /// are (tests: checked after every iteration).
+    #[cfg(test)]
+    pub(super) fn check_cells(&self) {
+        self.cells.check();
+        for s in &self.seqs {
+            assert_eq!(self.cells.tokens(s.slot), s.kv_tokens(), "slot {}", s.slot);
+        }
+        for e in self.cache.entries() {
+            assert_eq!(self.cells.tokens(e.slot), e.tokens, "entry {}", e.slot);
+        }
+        for &f in &self.free_slots {
+            assert_eq!(self.cells.len(f), 0, "free slot {f}");
+        }
+    }
+
     /// Some admitted sequence is still prefilling a prefix of `prompt` of at
     /// least `--prefix-copy-min` tokens.
     pub(super) fn sharing_pending(&self, prompt: &[TokenId]) -> bool {
@@ -60,8 +136,10 @@ impl<B: Backend> Owner<B> {
         let ok = self.rt.restore_slot(slot, &e.data) && self.rt.slot_len(slot) >= len;
         if ok {
             self.rt.truncate_slot(slot, len as u32);
+            self.cells
+                .extend(slot, e.key, &e.tokens[..len], self.next_key);
         } else {
-            self.rt.clear_slot(slot);
+            self.kv_clear(slot);
         }
         let ms = t.elapsed().as_secs_f64() * 1e3;
         e.last_used = self.next_key;
@@ -80,37 +158,40 @@ impl<B: Backend> Owner<B> {
         }
     }
 
-    /// Drop a cached entry's cells; its slot becomes free.
-    pub(super) fn evict(&mut self, slot: usize) {
-        if let Some(e) = self.cache.take(slot) {
-            let t = std::time::Instant::now();
-            self.spill(e);
-            self.rt.clear_slot(slot);
-            let ms = t.elapsed().as_secs_f64() * 1e3;
-            self.free_slots.push(slot);
-            self.ledger.set_cached(self.cache.cells());
-            self.stats.send_modify(|s| {
-                s.prefix_evictions += 1;
-                s.prefix_eviction_ms_total += ms;
-            });
-        }
+    /// Drop a cached entry's cells (those no other slot reads); its slot
+    /// becomes free. False when `slot` held no entry.
+    pub(super) fn evict(&mut self, slot: usize) -> bool {
+        let Some(e) = self.cache.take(slot) else {
+            return false;
+        };
+        let t = std::time::Instant::now();
+        self.spill(e);
+        self.kv_clear(slot);
+        let ms = t.elapsed().as_secs_f64() * 1e3;
+        self.free_slots.push(slot);
+        self.stats.send_modify(|s| {
+            s.prefix_evictions += 1;
+            s.prefix_eviction_ms_total += ms;
+        });
+        true
     }
 
     /// An empty slot for a new sequence, free or only cached (that entry is
-    /// evicted; never a slot pinned as a copy source). Busy slots stay
-    /// contiguous first, then a free slot beats a cached one, then the
-    /// lowest id.
+    /// evicted; never a pinned slot). Busy slots stay contiguous first, then
+    /// a free slot beats a cached one, then the entry whose eviction frees
+    /// the fewest cells (in a unified pool, one whose cells others share),
+    /// then the lowest id.
     pub(super) fn take_slot(&mut self) -> Option<usize> {
         let busy = self.busy_slots();
-        let (_, cached, slot) = self
+        let (_, cached, _, slot) = self
             .free_slots
             .iter()
-            .map(|&s| (fragments(&busy, s), false, s))
+            .map(|&s| (fragments(&busy, s), false, 0, s))
             .chain(
                 self.cache
                     .slots()
                     .filter(|s| !self.pinned.contains(s))
-                    .map(|s| (fragments(&busy, s), true, s)),
+                    .map(|s| (fragments(&busy, s), true, self.cells.private_cells(s), s)),
             )
             .min()?;
         if cached {

@@ -612,8 +612,17 @@ impl Harness {
         for &s in &self.owner.free_slots {
             assert!(self.owner.rt.kv[s].is_empty(), "free slot {s} holds cells");
         }
-        assert_eq!(l.cached(), cache.cells());
-        assert_eq!(st.kv_cells_cached, cache.cells());
+        // Idle: every held cell is cached; per-slot streams hold each
+        // entry's cells on their own, a unified pool shares them.
+        let entries: u64 = cache.entries().iter().map(|e| e.tokens.len() as u64).sum();
+        let held = self.owner.cells.cells();
+        if self.owner.config.kv_unified {
+            assert!(held <= entries);
+        } else {
+            assert_eq!(held, entries);
+        }
+        assert_eq!(l.cached(), held);
+        assert_eq!(st.kv_cells_cached, held);
     }
 }
 
@@ -636,7 +645,7 @@ fn a_repeated_prompt_reuses_all_but_its_last_token_with_the_same_output() {
     assert_eq!(done(&events(&mut a)).cached_tokens, 0);
     h.assert_idle_cached();
     // The finished sequence's prompt and decoded output stay cached.
-    assert_eq!(h.owner.cache.cells(), 40 + 5);
+    assert_eq!(h.owner.cells.cells(), 40 + 5);
     let steps_before = h.owner.rt.step_sizes.len();
     let mut b = h.submit_tokens(&p, 6, "b");
     h.run_idle();
@@ -801,7 +810,7 @@ fn a_cancelled_sequence_donates_its_cells_and_a_failed_one_does_not() {
     h.ticks(2); // two 16-token chunks computed
     drop(a);
     h.run_idle();
-    assert_eq!(h.owner.cache.cells(), 32, "the computed part of the prompt");
+    assert_eq!(h.owner.cells.cells(), 32, "the computed part of the prompt");
     h.assert_idle_cached();
     let mut b = h.submit_tokens(&prompt(5, 48), 2, "b");
     h.run_idle();
@@ -886,6 +895,95 @@ fn prompts_arriving_together_compute_a_shared_prefix_once() {
     // One copy of the shared prefix plus each private part.
     assert_eq!(h.stats.borrow().prompt_tokens_total, 48 + 3 * 3);
     assert_eq!(h.owner.rt.copies, 2);
+    h.assert_idle_cached();
+}
+
+fn unified_config(slots: usize) -> EngineConfig {
+    let mut c = cached_config(slots);
+    c.kv_unified = true;
+    c
+}
+
+fn slot_of(h: &Harness, id: &str) -> usize {
+    h.owner.seqs.iter().find(|s| s.id == id).unwrap().slot
+}
+
+#[test]
+fn in_a_unified_pool_a_hit_shares_cells_and_a_cancel_releases_only_its_own() {
+    let mut h = harness(unified_config(3));
+    let sys = prompt(3, 40);
+    let mut pa = sys.clone();
+    pa.extend(prompt(50, 4));
+    let mut a = h.submit_tokens(&pa, 4, "a");
+    h.run_idle();
+    events(&mut a);
+    assert_eq!(
+        h.owner.cells.cells(),
+        44 + 3,
+        "a's prompt and decoded output"
+    );
+    let mut pb = sys.clone();
+    pb.extend([7, 7, 7]);
+    let mut b = h.submit_tokens(&pb, 50, "b");
+    h.ticks(3);
+    // b reads a's first 40 cells: held once, the ledger counts b's own.
+    let own = h.owner.cells.private_cells(slot_of(&h, "b"));
+    assert!(own >= 3, "b's tail and decoded tokens: {own}");
+    assert_eq!(h.owner.cells.cells(), 47 + own);
+    assert_eq!(h.stats.borrow().prefix_copies, 1);
+    h.owner.sync_ledger();
+    assert_eq!(
+        h.owner.ledger.used(),
+        40 + own,
+        "b reads 40 shared + its own"
+    );
+    assert_eq!(h.owner.ledger.cached(), 7, "a's tail only");
+    // Cancelled while decoding: b's own cells go, the shared prefix and a's
+    // entry stay whole.
+    h.cancel("b");
+    h.run_idle();
+    events(&mut b);
+    assert_eq!(h.owner.cells.cells(), 47);
+    assert_eq!(h.owner.cache.len(), 1);
+    h.assert_idle_cached();
+    let mut again = h.submit_tokens(&pa, 4, "again");
+    h.run_idle();
+    assert_eq!(done(&events(&mut again)).cached_tokens, 43);
+}
+
+#[test]
+fn in_a_unified_pool_eviction_cuts_idle_tails_never_a_prefix_a_live_sequence_reads() {
+    let mut c = unified_config(3);
+    c.ctx_per_seq = 33; // ledger: 99 cells
+    let mut h = harness(c);
+    let sys = prompt(3, 40);
+    let mut pa = sys.clone();
+    pa.extend(prompt(50, 4));
+    let mut a = h.submit_tokens(&pa, 4, "a");
+    h.run_idle();
+    events(&mut a);
+    let mut pb = sys.clone();
+    pb.extend([7, 7, 7]);
+    let mut b = h.submit_tokens(&pb, 8, "b");
+    h.ticks(2);
+    // Held: a's 47 cells (40 shared with b) + b's own; reserved: b's
+    // growth left; c needs 45 more. Only a's idle tail (7) can go, and it
+    // must.
+    let mut c = h.submit_tokens(&prompt(30, 35), 10, "c");
+    h.ticks(1);
+    assert_eq!(h.owner.seqs.len(), 2, "c admitted");
+    let entry = &h.owner.cache.entries()[0];
+    assert_eq!(entry.tokens, sys, "a's entry keeps the shared prefix");
+    assert!(h.stats.borrow().prefix_evictions >= 1);
+    h.run_idle();
+    let fb = done(&events(&mut b)).clone();
+    events(&mut c);
+    assert_eq!(fb.cached_tokens, 40);
+    // Same output as computing b alone.
+    let mut h2 = harness(config(1, 16));
+    let mut r = h2.submit_tokens(&pb, 8, "solo");
+    h2.run_idle();
+    assert_eq!(done(&events(&mut r)).output_tokens, fb.output_tokens);
     h.assert_idle_cached();
 }
 
