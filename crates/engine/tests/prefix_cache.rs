@@ -139,24 +139,21 @@ async fn reused_state_gives_the_uncached_output_and_other_contexts_are_not_reuse
     );
 }
 
+/// Two prompts under the same long system prompt, different questions.
+async fn two_questions(h: &EngineHandle) -> (Vec<TokenId>, Vec<TokenId>) {
+    let sys = system();
+    let ask = |q: &str| vec![msg("system", &sys), msg("user", q)];
+    (
+        chat(h, ask("Describe the lighthouse.")).await,
+        chat(h, ask("Which ships are due today?")).await,
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_running_requests_prefix_is_shared_by_copy_and_matches_solo() {
     let plain = engine(false).await;
     let cached = engine(true).await;
-    let sys = system();
-    let pa = chat(
-        &cached,
-        vec![msg("system", &sys), msg("user", "Describe the lighthouse.")],
-    )
-    .await;
-    let pb = chat(
-        &cached,
-        vec![
-            msg("system", &sys),
-            msg("user", "Which ships are due today?"),
-        ],
-    )
-    .await;
+    let (pa, pb) = two_questions(&cached).await;
     // A runs; once it decodes, B arrives sharing A's long system prompt.
     let mut a = cached.submit(request(pa.clone(), 40)).unwrap();
     loop {
@@ -224,20 +221,7 @@ async fn in_a_unified_pool_a_hit_is_held_once_and_a_cancel_releases_only_its_own
     c.kv_unified = true;
     let h = Engine::start(c).expect("engine starts");
     assert!(h.wait_ready().await);
-    let sys = system();
-    let pa = chat(
-        &h,
-        vec![msg("system", &sys), msg("user", "Describe the lighthouse.")],
-    )
-    .await;
-    let pb = chat(
-        &h,
-        vec![
-            msg("system", &sys),
-            msg("user", "Which ships are due today?"),
-        ],
-    )
-    .await;
+    let (pa, pb) = two_questions(&h).await;
     let shared = pa.iter().zip(&pb).take_while(|(x, y)| x == y).count();
     assert!(shared > 100, "{shared}");
     let (_, a) = run(&h, pa.clone(), 8).await;

@@ -904,6 +904,18 @@ fn unified_config(slots: usize) -> EngineConfig {
     c
 }
 
+/// Request `a` (a 40-token system prompt and its own 4 tokens, 4 generated)
+/// runs to the end and stays cached; returns (system prompt, a's prompt).
+fn finish_a(h: &mut Harness) -> (Vec<TokenId>, Vec<TokenId>) {
+    let sys = prompt(3, 40);
+    let mut pa = sys.clone();
+    pa.extend(prompt(50, 4));
+    let mut a = h.submit_tokens(&pa, 4, "a");
+    h.run_idle();
+    events(&mut a);
+    (sys, pa)
+}
+
 fn slot_of(h: &Harness, id: &str) -> usize {
     h.owner.seqs.iter().find(|s| s.id == id).unwrap().slot
 }
@@ -911,12 +923,7 @@ fn slot_of(h: &Harness, id: &str) -> usize {
 #[test]
 fn in_a_unified_pool_a_hit_shares_cells_and_a_cancel_releases_only_its_own() {
     let mut h = harness(unified_config(3));
-    let sys = prompt(3, 40);
-    let mut pa = sys.clone();
-    pa.extend(prompt(50, 4));
-    let mut a = h.submit_tokens(&pa, 4, "a");
-    h.run_idle();
-    events(&mut a);
+    let (sys, pa) = finish_a(&mut h);
     assert_eq!(
         h.owner.cells.cells(),
         44 + 3,
@@ -956,12 +963,7 @@ fn in_a_unified_pool_eviction_cuts_idle_tails_never_a_prefix_a_live_sequence_rea
     let mut c = unified_config(3);
     c.ctx_per_seq = 33; // ledger: 99 cells
     let mut h = harness(c);
-    let sys = prompt(3, 40);
-    let mut pa = sys.clone();
-    pa.extend(prompt(50, 4));
-    let mut a = h.submit_tokens(&pa, 4, "a");
-    h.run_idle();
-    events(&mut a);
+    let (sys, _) = finish_a(&mut h);
     let mut pb = sys.clone();
     pb.extend([7, 7, 7]);
     let mut b = h.submit_tokens(&pb, 8, "b");
