@@ -453,6 +453,10 @@ pub const BUILTINS: &[(&str, &str)] = &[
     ("uniform-128", include_str!("../workloads/uniform-128.toml")),
     ("cancel-16", include_str!("../workloads/cancel-16.toml")),
     (
+        "long-prefill-16k",
+        include_str!("../workloads/long-prefill-16k.toml"),
+    ),
+    (
         "shared-system-1500",
         include_str!("../workloads/shared-system-1500.toml"),
     ),

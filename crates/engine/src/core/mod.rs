@@ -115,7 +115,7 @@ fn owner_main(args: OwnerArgs, ok: std::sync::mpsc::SyncSender<Result<(), LoadEr
         }
     };
     let t = Instant::now();
-    if let Err(e) = warm_up(&mut rt, &model) {
+    if let Err(e) = warm_up(&mut rt, &model, &parts.config) {
         tracing::error!(error = %e, "warm-up step failed; engine stops");
         parts.stats.send_modify(|s| s.stopped = true);
         return;
@@ -149,8 +149,15 @@ fn owner_main(args: OwnerArgs, ok: std::sync::mpsc::SyncSender<Result<(), LoadEr
 }
 
 /// First-run specialisation: one prompt chunk and one decode step through
-/// the real path, then the slot is cleared.
-fn warm_up(rt: &mut impl Backend, model: &LoadedModel) -> Result<(), crate::model::StepError> {
+/// the real path, then the slot is cleared. With layers on a GPU, also a
+/// full-width prompt chunk and a decode step across many slots: the device
+/// loads its kernels (and picks its matrix algorithms) per shape on first
+/// use, which would otherwise land on the first requests' latency.
+fn warm_up(
+    rt: &mut impl Backend,
+    model: &LoadedModel,
+    c: &EngineConfig,
+) -> Result<(), crate::model::StepError> {
     let prompt = model.tokenize("Hello, world", true, false);
     rt.clear();
     let n = prompt.len();
@@ -165,6 +172,24 @@ fn warm_up(rt: &mut impl Backend, model: &LoadedModel) -> Result<(), crate::mode
     rt.decode()?;
     let _ = rt.logits(idx);
     rt.clear_slot(0);
+    if c.n_gpu_layers > 0 && !prompt.is_empty() {
+        let params = runtime_params(c);
+        let len = (params.n_ubatch as usize).min(c.ctx_per_seq as usize - 1);
+        rt.clear();
+        for i in 0..len {
+            rt.push(prompt[i % n], i as u32, 0, i + 1 == len)?;
+        }
+        rt.decode()?;
+        rt.clear();
+        let width = c.max_seqs.min(params.n_batch as usize);
+        for s in 0..width {
+            rt.push(next, 0, s, true)?;
+        }
+        rt.decode()?;
+        for s in 0..width {
+            rt.clear_slot(s);
+        }
+    }
     Ok(())
 }
 
