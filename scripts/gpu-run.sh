@@ -43,6 +43,7 @@ RUST_LOG=$log ./steward serve --model "$model" --port 8500 "${size[@]}" \
 pid=$!
 trap 'kill $pid 2>/dev/null || true' EXIT
 for _ in $(seq 1 900); do curl -sf http://127.0.0.1:8500/ready >/dev/null 2>&1 && break; kill -0 $pid || { tail -20 "$out/serve-$tag.log"; exit 1; }; sleep 0.2; done
+curl -sf http://127.0.0.1:8500/ready >/dev/null || { echo "not ready after 180 s"; tail -20 "$out/serve-$tag.log"; exit 1; }
 if [ "$mode" = stall ]; then
   ./steward-bench run --url http://127.0.0.1:8500 --workload long-prefill-16k --settle-s 2 \
     --out "$out/stall-$tag.json" 2>>"$out/bench.log" | tail -5

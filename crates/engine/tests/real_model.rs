@@ -377,3 +377,23 @@ async fn logit_bias_bans_and_forces_tokens_on_the_real_model() {
     let (_, f) = run(&h, request(toks, 4, forced)).await;
     assert_eq!(f.output_tokens, vec![1000; 4]);
 }
+
+/// The warm-up an offloaded model gets (a full-width prompt chunk, then a
+/// decode step across every slot) runs through the same runtime on the CPU
+/// (llama.cpp ignores the layer count without a GPU): the engine gets
+/// ready, and the first request's output is the one a plain engine gives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_offloaded_warm_up_leaves_the_engine_ready_and_every_slot_empty() {
+    let path = steward_engine::fetch::ensure_default_model().expect("default model");
+    let mut c = EngineConfig::new(path);
+    c.max_seqs = 4;
+    c.ctx_per_seq = 256;
+    c.n_gpu_layers = 99;
+    let h = Engine::start(c).expect("engine starts");
+    assert!(h.wait_ready().await, "the warm-up step failed");
+    let plain = engine(1, 64).await;
+    let p = prompt_tokens(&h, "Name a colour.").await;
+    let (_, a) = run(&h, request(p.clone(), 8, greedy())).await;
+    let (_, b) = run(&plain, request(p, 8, greedy())).await;
+    assert_eq!(a.output_tokens, b.output_tokens);
+}

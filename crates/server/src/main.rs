@@ -410,8 +410,21 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
             }
         };
         tracing::info!(%addr, model = %engine.config().served_name, "model loaded; serving (ready after warm-up)");
+        let warm = engine.clone();
         state.set_engine(engine);
-        server.await??;
+        // An engine that stops before it is ready (its warm-up step failed)
+        // would leave a server answering 503 forever: exit instead.
+        let mut server = server;
+        tokio::select! {
+            r = &mut server => r??,
+            ready = warm.wait_ready() => {
+                if !ready {
+                    server.abort();
+                    anyhow::bail!("the engine stopped during its warm-up step (its error is logged above)");
+                }
+                server.await??;
+            }
+        }
         tracing::info!("shut down");
         anyhow::Ok(())
     })

@@ -181,6 +181,7 @@ fn warm_up(
         }
         rt.decode()?;
         rt.clear();
+        rt.clear_slot(0);
         let width = c.max_seqs.min(params.n_batch as usize);
         for s in 0..width {
             rt.push(next, 0, s, true)?;
