@@ -342,6 +342,7 @@ impl LoadedModel {
             capacity: p.n_batch as usize,
             n_vocab: self.facts.n_vocab,
             device: vec![std::ptr::null_mut(); p.n_seqs],
+            device_ban: vec![Vec::new(); p.n_seqs],
             _model: std::marker::PhantomData,
         })
     }
@@ -397,6 +398,8 @@ pub struct Runtime<'m> {
     /// Per slot: the backend (device) greedy sampler chain attached to it,
     /// or null (the host samples from the logits).
     device: Vec<*mut llama_cpp_sys_2::llama_sampler>,
+    /// The tokens each slot's device chain never picks.
+    device_ban: Vec<Vec<TokenId>>,
     _model: std::marker::PhantomData<&'m LlamaModel>,
 }
 
@@ -489,27 +492,51 @@ impl Runtime<'_> {
     /// back. Returns whether the slot now samples on the device. A change
     /// makes llama.cpp re-reserve its graph at the next step, so callers
     /// change it only when a slot's next request needs the other path.
-    pub fn set_device_greedy(&mut self, slot: usize, on: bool) -> bool {
+    pub fn set_device_greedy(&mut self, slot: usize, mode: Option<&[TokenId]>) -> bool {
         use llama_cpp_sys_2 as sys;
         let Some(cur) = self.device.get(slot).copied() else {
             return false;
         };
-        if on != cur.is_null() {
-            return on;
+        match mode {
+            Some(ban) if !cur.is_null() && self.device_ban[slot] == ban => return true,
+            None if cur.is_null() => return false,
+            _ => {}
         }
         // SAFETY: the context and the chains are ours; a chain is freed only
         // after llama.cpp has let go of it.
         unsafe {
-            if !on {
+            if !cur.is_null() {
                 sys::llama_set_sampler(self.ctx.as_ptr(), slot as i32, std::ptr::null_mut());
                 sys::llama_sampler_free(cur);
                 self.device[slot] = std::ptr::null_mut();
-                return false;
             }
+            let Some(ban) = mode else {
+                return false;
+            };
             let chain = sys::llama_sampler_chain_init(sys::llama_sampler_chain_default_params());
+            if !ban.is_empty() {
+                // Banned tokens (end of generation under `ignore_eos`) at
+                // -inf before the argmax: what the host sampler does.
+                let bias: Vec<sys::llama_logit_bias> = ban
+                    .iter()
+                    .map(|&token| sys::llama_logit_bias {
+                        token,
+                        bias: f32::NEG_INFINITY,
+                    })
+                    .collect();
+                sys::llama_sampler_chain_add(
+                    chain,
+                    sys::llama_sampler_init_logit_bias(
+                        self.n_vocab as i32,
+                        bias.len() as i32,
+                        bias.as_ptr(),
+                    ),
+                );
+            }
             sys::llama_sampler_chain_add(chain, sys::llama_sampler_init_greedy());
             if sys::llama_set_sampler(self.ctx.as_ptr(), slot as i32, chain) {
                 self.device[slot] = chain;
+                self.device_ban[slot] = ban.to_vec();
                 true
             } else {
                 sys::llama_sampler_free(chain);
@@ -594,7 +621,7 @@ impl Runtime<'_> {
 impl Drop for Runtime<'_> {
     fn drop(&mut self) {
         for slot in 0..self.device.len() {
-            self.set_device_greedy(slot, false);
+            self.set_device_greedy(slot, None);
         }
         // SAFETY: allocated in `new_runtime`, freed once here.
         unsafe {

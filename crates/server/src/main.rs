@@ -170,9 +170,11 @@ struct ServeArgs {
     /// Tokenizer pool threads.
     #[arg(long, default_value_t = 1)]
     tokenizer_threads: usize,
-    /// Tokenizer jobs allowed to wait; more get 503.
-    #[arg(long, default_value_t = 64)]
-    tokenizer_queue: usize,
+    /// Tokenizer jobs allowed to wait; more get 503 [default: 64, or twice
+    /// --max-seqs when that is larger: a burst of one request per slot
+    /// must not be refused before it could run].
+    #[arg(long)]
+    tokenizer_queue: Option<usize>,
     /// Events buffered per request before text deltas are coalesced.
     #[arg(long, default_value_t = 64)]
     outbox_capacity: usize,
@@ -358,7 +360,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
     c.max_waiting = a.max_waiting.max(1);
     c.max_tokens_limit = a.max_tokens_limit.max(1);
     c.tokenizer_threads = a.tokenizer_threads.max(1);
-    c.tokenizer_queue = a.tokenizer_queue.max(1);
+    c.tokenizer_queue = a.tokenizer_queue.unwrap_or(64.max(2 * c.max_seqs)).max(1);
     c.outbox_capacity = a.outbox_capacity.max(2);
     c.flash_attn = a.flash_attn;
     c.kv_q8 = a.kv_q8;

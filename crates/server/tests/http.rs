@@ -1065,4 +1065,29 @@ async fn device_greedy_sampling_matches_host_greedy() {
     let (_, _, again) = s.post("/v1/chat/completions", &greedy.to_string()).await;
     assert_eq!(text(&again), text(&a.2));
     assert_eq!(again["timings"]["sampling_path"], "device");
+    // Under ignore_eos the device chain bans end-of-generation tokens as the
+    // host sampler does: a reply that would end at once runs to max_tokens
+    // on both paths, with the same text.
+    let short = chat_body(
+        "Answer with one word: yes or no?",
+        json!({"max_tokens": 12, "timings": true}),
+    );
+    let (_, _, plain) = s.post("/v1/chat/completions", &short.to_string()).await;
+    assert_eq!(plain["choices"][0]["finish_reason"], "stop", "{plain}");
+    let mut dev = short.clone();
+    dev["ignore_eos"] = json!(true);
+    let mut host = dev.clone();
+    host["logprobs"] = json!(true);
+    let (dev, host) = (dev.to_string(), host.to_string());
+    let (d, h) = tokio::join!(
+        s.post("/v1/chat/completions", &dev),
+        s.post("/v1/chat/completions", &host),
+    );
+    assert_eq!(d.2["timings"]["sampling_path"], "device", "{}", d.2);
+    assert_eq!(h.2["timings"]["sampling_path"], "host");
+    for v in [&d.2, &h.2] {
+        assert_eq!(v["usage"]["completion_tokens"], 12, "{v}");
+        assert_eq!(v["choices"][0]["finish_reason"], "length");
+    }
+    assert_eq!(text(&d.2), text(&h.2));
 }

@@ -192,7 +192,8 @@ impl<B: Backend> Owner<B> {
             // Device sampling where the request's sampler is plain greedy;
             // the slot keeps its path until a request needs the other one.
             let want = self.config.device_sampling && seq.device_eligible();
-            seq.device = self.rt.set_device_greedy(slot, want);
+            let mode = want.then(|| seq.banned(&self.vocab));
+            seq.device = self.rt.set_device_greedy(slot, mode);
             tracing::debug!(request_id = %seq.id, slot, prompt = seq.prompt.len(), reused = seq.reused, "admitted");
             self.seqs.push(seq);
         }

@@ -26,9 +26,10 @@ pub trait Backend {
     /// Make `dst` hold a copy of `src`'s cells (before the next step runs;
     /// `src` is only read).
     fn copy_slot(&mut self, src: usize, dst: usize);
-    /// Sample a slot's outputs greedily on the device (`on`) or leave them
-    /// to the host; returns whether the slot now samples on the device.
-    fn set_device_greedy(&mut self, _slot: usize, _on: bool) -> bool {
+    /// Sample a slot's outputs greedily on the device, never choosing the
+    /// `banned` tokens (`Some`), or leave them to the host (`None`); returns
+    /// whether the slot now samples on the device.
+    fn set_device_greedy(&mut self, _slot: usize, _mode: Option<&[TokenId]>) -> bool {
         false
     }
     /// The device-sampled token of a batch row of the last step.
@@ -76,8 +77,8 @@ impl Backend for Runtime<'_> {
     fn copy_slot(&mut self, src: usize, dst: usize) {
         Runtime::copy_slot(self, src, dst)
     }
-    fn set_device_greedy(&mut self, slot: usize, on: bool) -> bool {
-        Runtime::set_device_greedy(self, slot, on)
+    fn set_device_greedy(&mut self, slot: usize, mode: Option<&[TokenId]>) -> bool {
+        Runtime::set_device_greedy(self, slot, mode)
     }
     fn sampled(&self, row: usize) -> Option<TokenId> {
         Runtime::sampled(self, row)

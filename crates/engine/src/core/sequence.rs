@@ -288,7 +288,7 @@ impl Sequence {
     /// After a step that produced logits for this sequence: pick the next
     /// token, detokenize, check the ends, queue text.
     pub fn sample_and_emit(&mut self, logits: &[f32], vocab: &Vocab) {
-        let mut banned: &[TokenId] = if self.ignore_eos { &vocab.eog_ids } else { &[] };
+        let mut banned = self.banned(vocab);
         let logits = match self.constraint.as_mut() {
             Some(c) => {
                 if let Err(e) = c.mask(logits, &mut self.masked) {
@@ -313,10 +313,19 @@ impl Sequence {
     /// logprobs, a grammar, prompt scoring).
     pub fn device_eligible(&self) -> bool {
         self.sampler.plain_greedy()
-            && !self.ignore_eos
             && self.logprobs.is_none()
             && self.prompt_lp.is_none()
             && self.constraint.is_none()
+    }
+
+    /// Tokens the sampler must never pick (end of generation under
+    /// `ignore_eos`).
+    pub fn banned<'a>(&self, vocab: &'a Vocab) -> &'a [TokenId] {
+        if self.ignore_eos {
+            &vocab.eog_ids
+        } else {
+            &[]
+        }
     }
 
     pub fn fail_runtime(&mut self, msg: &str) {
