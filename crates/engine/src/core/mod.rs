@@ -409,11 +409,13 @@ impl<B: Backend> Owner<B> {
             ),
             None => configured,
         };
-        // A budget just short of an efficient chunk buys fewer tokens for
-        // more time than the efficient chunk (measured 1.6× per token at
-        // long context): round it up, unless the configured maximum is lower.
+        // A budget of half an efficient chunk or more buys fewer tokens for
+        // more time than the efficient chunk (at ~3,000 tokens of context a
+        // 43-token chunk took 395 ms, a 65-token one 265–285: 2.2× per
+        // token, docs/BENCHMARKS.md [3/8]): round it up, unless the
+        // configured maximum is lower.
         let eff = scheduler::EFFICIENT_CHUNK;
-        if base < eff && base * 3 >= eff * 2 && configured >= eff {
+        if base < eff && base * 2 >= eff && configured >= eff {
             base = eff;
         }
         self.limits.expedite.clear();
