@@ -79,12 +79,15 @@ impl<B: Backend> Owner<B> {
             let restore = eligible && host_len > reuse_len + self.host.min_tokens;
             let reuse = if restore { None } else { reuse };
             // The reservation is the growth beyond the reused cells; cells a
-            // copy duplicates or a restore loads are held at once.
+            // copy duplicates or a restore loads are held at once. A restore
+            // may fail or find its entry gone (evictions below spill into
+            // the tier, which drops its own LRU entries): it reserves the
+            // whole growth and gives back what it really reused.
             let (reserved_reuse, adds) = match &reuse {
                 Some(Reuse::Takeover { len, .. }) => (*len, 0),
                 Some(Reuse::Copy { len, .. }) if self.cache.share => (*len, 0),
                 Some(Reuse::Copy { len, .. }) => (*len, *len),
-                None if restore => (host_len, host_len),
+                None if restore => (0, host_len),
                 None => (0, 0),
             };
             let growth = need.saturating_sub(reserved_reuse as u64);
@@ -110,7 +113,7 @@ impl<B: Backend> Owner<B> {
                     break None;
                 }
             };
-            let Some(permit) = permit else {
+            let Some(mut permit) = permit else {
                 if let Some(e) = taken {
                     self.cache.insert(e);
                 }
@@ -163,7 +166,11 @@ impl<B: Backend> Owner<B> {
                         break;
                     };
                     match saved {
-                        Some((e, len)) => (slot, self.restore(slot, e, len)),
+                        Some((e, len)) => {
+                            let reused = self.restore(slot, e, len);
+                            permit.consume(reused as u64);
+                            (slot, reused)
+                        }
                         None => (slot, 0),
                     }
                 }

@@ -43,6 +43,9 @@ pub struct FakeBackend {
     pub copies: usize,
     /// Slots restored from saved state (host tier).
     pub restores: usize,
+    /// The next restore is refused (as llama.cpp refuses a state that does
+    /// not fit).
+    pub refuse_restore: bool,
 }
 
 impl FakeBackend {
@@ -125,7 +128,7 @@ impl Backend for FakeBackend {
         (!kv.is_empty()).then(|| kv.iter().flat_map(|t| t.to_le_bytes()).collect())
     }
     fn restore_slot(&mut self, slot: usize, data: &[u8]) -> bool {
-        if !data.len().is_multiple_of(4) {
+        if !data.len().is_multiple_of(4) || std::mem::take(&mut self.refuse_restore) {
             return false;
         }
         self.kv[slot] = data

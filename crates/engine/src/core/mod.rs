@@ -174,7 +174,10 @@ fn warm_up(
     rt.clear_slot(0);
     if c.n_gpu_layers > 0 && !prompt.is_empty() {
         let params = runtime_params(c);
-        let len = (params.n_ubatch as usize).min(c.ctx_per_seq as usize - 1);
+        let len = (params.n_ubatch as usize).min((c.ctx_per_seq as usize).saturating_sub(1));
+        if len == 0 {
+            return Ok(());
+        }
         rt.clear();
         for i in 0..len {
             rt.push(prompt[i % n], i as u32, 0, i + 1 == len)?;
@@ -455,6 +458,9 @@ impl<B: Backend> Owner<B> {
         for (v, s) in views.iter_mut().zip(&self.seqs) {
             // A copy from this slot runs at the start of this step's decode.
             v.can_pad &= !self.pinned.contains(&s.slot);
+            // In a unified pool a padded tail would cut into cells shared
+            // with other slots and recompute private copies of them.
+            v.can_pad &= !(self.cache.share && s.reused > 0);
         }
         let mut plan = scheduler::plan(&views, &self.limits);
         scheduler::pad_tails(&mut plan, &views);

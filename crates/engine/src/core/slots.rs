@@ -182,7 +182,12 @@ impl<B: Backend> Owner<B> {
     /// the fewest cells (in a unified pool, one whose cells others share),
     /// then the lowest id.
     pub(super) fn take_slot(&mut self) -> Option<usize> {
-        let busy = self.busy_slots();
+        // One pool (`share`): no stream runs to keep together.
+        let busy = if self.cache.share {
+            Vec::new()
+        } else {
+            self.busy_slots()
+        };
         let (_, cached, _, slot) = self
             .free_slots
             .iter()

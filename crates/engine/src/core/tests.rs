@@ -709,6 +709,32 @@ fn an_evicted_prefix_is_restored_from_the_host_tier_with_the_same_output() {
 }
 
 #[test]
+fn a_refused_restore_leaves_the_whole_growth_reserved() {
+    let p = prompt(3, 40);
+    let mut c = cached_config(1);
+    c.prefix_host_bytes = 1 << 20;
+    c.prefix_host_min = 8;
+    let mut h = harness(c);
+    let mut a = h.submit_tokens(&p, 6, "a");
+    h.run_idle();
+    events(&mut a);
+    let mut b = h.submit_tokens(&prompt(30, 20), 2, "b");
+    h.run_idle();
+    events(&mut b);
+    assert_eq!(h.stats.borrow().prefix_spills, 1);
+    // The restore is planned (39 tokens) but refused: the request computes
+    // its whole prompt, and its reservation must cover all of it.
+    h.owner.rt.refuse_restore = true;
+    let mut again = h.submit_tokens(&p, 6, "again");
+    h.ticks(1); // admitted; its first 16-token chunk computed
+    assert_eq!(h.owner.seqs[0].reused, 0);
+    assert_eq!(h.owner.ledger.reserved(), 40 + 6 - 16);
+    h.run_idle();
+    assert_eq!(done(&events(&mut again)).cached_tokens, 0);
+    h.assert_idle_cached();
+}
+
+#[test]
 fn a_restore_planned_before_evictions_finds_its_entry_again() {
     // Admission plans a host-tier restore, then has to evict a cached slot
     // for cells; that eviction spills into the (full) tier, which drops the
