@@ -1047,3 +1047,87 @@ fn an_overdue_short_prompt_is_finished_in_one_step_a_long_one_is_not() {
     events(&mut long);
     h.assert_released();
 }
+
+/// Random traffic under a tight ledger (shared system prompts, random tails,
+/// cancels, clients leaving), in both KV layouts: the cell map matches every
+/// slot after every iteration (`check_cells`), every stream gets exactly one
+/// terminal event, and once idle the ledger holds only cached cells.
+#[test]
+fn random_traffic_keeps_the_cell_map_and_the_ledger_exact() {
+    for unified in [false, true] {
+        let mut c = cached_config(4);
+        c.kv_unified = unified;
+        // A tight ledger (160 cells; 112 in one pool, where shared cells
+        // count once): evictions for cells all the time.
+        c.ctx_per_seq = if unified { 28 } else { 40 };
+        c.prefix_copy_min = 4;
+        let mut h = harness(c);
+        let mut state = 0x9E37_79B9_7F4A_7C15_u64;
+        let mut next = move |n: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n as u64) as usize
+        };
+        let systems: Vec<Vec<TokenId>> = (0..3)
+            .map(|i| prompt(5 + 7 * i, 20 + 10 * i as usize))
+            .collect();
+        let mut streams: Vec<(String, mpsc::Receiver<Event>, Vec<Event>)> = Vec::new();
+        let mut ended = 0;
+        for i in 0..400 {
+            if next(3) == 0 && streams.len() < 6 {
+                let mut p = systems[next(3)].clone();
+                for _ in 0..1 + next(8) {
+                    p.push(1 + next(50) as TokenId);
+                }
+                let id = format!("r{i}");
+                let rx = h.submit_tokens(&p, 1 + next(8) as u32, &id);
+                streams.push((id, rx, Vec::new()));
+            }
+            if !streams.is_empty() {
+                match next(12) {
+                    0 => {
+                        let id = streams[next(streams.len())].0.clone();
+                        h.cancel(&id);
+                    }
+                    1 => {
+                        // The client goes away: no event is owed.
+                        streams.swap_remove(next(streams.len()));
+                    }
+                    _ => {}
+                }
+            }
+            h.ticks(1);
+            streams.retain_mut(|(_, rx, got)| {
+                while let Ok(e) = rx.try_recv() {
+                    got.push(e);
+                }
+                let terminals = got
+                    .iter()
+                    .filter(|e| matches!(e, Event::Done(_) | Event::Error(_)))
+                    .count();
+                assert!(terminals <= 1, "{got:?}");
+                if terminals == 1 {
+                    ended += 1;
+                }
+                terminals == 0
+            });
+        }
+        h.run_idle();
+        for (_, rx, got) in &mut streams {
+            while let Ok(e) = rx.try_recv() {
+                got.push(e);
+            }
+            let terminals = got
+                .iter()
+                .filter(|e| matches!(e, Event::Done(_) | Event::Error(_)))
+                .count();
+            assert_eq!(terminals, 1, "{got:?}");
+            ended += 1;
+        }
+        h.assert_idle_cached();
+        let st = h.stats.borrow().clone();
+        assert!(ended > 50, "{ended} requests ended");
+        assert!(st.prefix_hits > 10 && st.prefix_evictions > 10, "{st:?}");
+    }
+}
