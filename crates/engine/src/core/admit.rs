@@ -51,7 +51,6 @@ impl<B: Backend> Owner<B> {
                 break;
             }
             let reuse = if eligible {
-                let best = self.cells.longest(self.prefix_key, &r.prompt);
                 let busy = self.busy_slots();
                 let free = !self.free_slots.is_empty();
                 // One pool: no stream runs to keep together.
@@ -59,7 +58,7 @@ impl<B: Backend> Owner<B> {
                 self.cache.lookup(
                     self.prefix_key,
                     &r.prompt,
-                    best,
+                    &self.cells,
                     |s| !share && fragments(&busy, s),
                     free,
                 )
@@ -127,7 +126,7 @@ impl<B: Backend> Owner<B> {
                     // The takeover destroys the entry after the shared
                     // prefix: a long tail goes to the host tier first.
                     let slot = e.slot;
-                    if e.tokens.len() >= len + self.host.min_tokens {
+                    if self.cells.len(slot) >= len + self.host.min_tokens {
                         self.spill(e);
                     }
                     self.kv_truncate(slot, len);

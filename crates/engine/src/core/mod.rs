@@ -619,20 +619,19 @@ impl<B: Backend> Owner<B> {
         // Finished or cancelled between steps, the slot's cells are sound:
         // the prefix cache keeps them. A failed step's cells are not.
         let sound = !matches!(outcome, Some(Outcome::Failed(_)));
-        let tokens = if sound && self.cache.enabled {
-            seq.kv_tokens()
+        let kept = if sound && self.cache.enabled {
+            seq.kv_len()
         } else {
-            Vec::new()
+            0
         };
-        if tokens.is_empty() {
+        if kept == 0 {
             self.kv_clear(seq.slot);
             self.free_slots.push(seq.slot);
         } else {
-            self.kv_truncate(seq.slot, tokens.len());
+            self.kv_truncate(seq.slot, kept);
             self.cache.insert(prefix::Entry {
                 slot: seq.slot,
                 key: self.prefix_key,
-                tokens,
                 last_used: self.next_key,
             });
         }

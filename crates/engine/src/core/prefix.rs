@@ -4,7 +4,8 @@
 //! Layout. A cache entry is a slot (a llama.cpp sequence id): an idle slot
 //! whose cells still hold the tokens of the sequence that last ran there.
 //! There are at most `max_seqs` entries, so a lookup is a scan of common
-//! prefixes. What the cells physically are — which runs are shared between
+//! prefixes. The tokens an entry holds, and what the cells physically are
+//! — which runs are shared between
 //! slots, what clearing a slot frees, which leaf to evict — is the cell
 //! map's business (`core/trie.rs`): with per-slot KV streams (the default,
 //! measured 2.2× faster than the unified pool at 32 streams) every slot's
@@ -31,6 +32,7 @@
 //! copies or evicts them, and the ledger counts them as `cached`. An entry
 //! is removed (taken over or evicted) before its slot is used again.
 
+use super::trie::CellTrie;
 use crate::model::TokenId;
 
 /// What a prefix was computed under. Reuse requires equality.
@@ -44,12 +46,11 @@ pub struct PrefixKey {
     pub media: u64,
 }
 
+/// An idle slot whose cells are kept; what they hold is the cell map's.
 #[derive(Debug, Clone)]
 pub(super) struct Entry {
     pub slot: usize,
     pub key: PrefixKey,
-    /// The tokens whose KV the slot holds, positions 0..len.
-    pub tokens: Vec<TokenId>,
     /// Owner tick of the last insertion or hit (LRU).
     pub last_used: u64,
 }
@@ -92,18 +93,6 @@ impl PrefixCache {
         self.entries.len()
     }
 
-    /// The entry in `slot` keeps its first `len` tokens (an eviction cut
-    /// its tail); false when `slot` holds no entry.
-    pub fn truncate(&mut self, slot: usize, len: usize) -> bool {
-        match self.entries.iter_mut().find(|e| e.slot == slot) {
-            Some(e) => {
-                e.tokens.truncate(len);
-                true
-            }
-            None => false,
-        }
-    }
-
     pub fn slots(&self) -> impl Iterator<Item = usize> + '_ {
         self.entries.iter().map(|e| e.slot)
     }
@@ -114,9 +103,8 @@ impl PrefixCache {
 
     /// Best reuse for `prompt` under `key`. At least the prompt's last token
     /// is always computed (its logits give the first sampled token).
-    /// `best`: (length, slot) of the longest computed prefix of `prompt` in
-    /// any slot, running or cached (the cell map's `longest`): the copy
-    /// source.
+    /// `cells`: what every slot holds; the copy source is the slot, running
+    /// or cached, with the longest computed prefix of `prompt`.
     /// `fragments(slot)`: running a sequence in `slot` would split the busy
     /// slots into one more run (llama.cpp then makes one more pass over the
     /// weights every step, for the sequence's whole life: far dearer than
@@ -134,7 +122,7 @@ impl PrefixCache {
         &self,
         key: PrefixKey,
         prompt: &[TokenId],
-        best: Option<(usize, usize)>,
+        cells: &CellTrie,
         fragments: impl Fn(usize) -> bool,
         free_slot: bool,
     ) -> Option<Reuse> {
@@ -154,9 +142,9 @@ impl PrefixCache {
             .filter(|e| e.key == key)
             .map(|e| {
                 (
-                    common_prefix(&e.tokens, prompt).min(cap),
+                    cells.common_prefix(e.slot, prompt).min(cap),
                     e.slot,
-                    e.tokens.len(),
+                    cells.len(e.slot),
                 )
             })
             .collect();
@@ -177,7 +165,8 @@ impl PrefixCache {
                 })
                 .map(|&(len, s, _)| (len, s)),
         );
-        let copy = best
+        let copy = cells
+            .longest(key, prompt)
             .map(|(len, s)| (len.min(cap), s))
             .filter(|&(len, _)| len >= copy_min);
         match (takeover, copy) {
@@ -228,67 +217,60 @@ mod tests {
         }
     }
 
-    fn cache_with(entries: &[(usize, u64, &[TokenId])]) -> PrefixCache {
+    /// Cache entries in these slots (oldest first), with their cells in a
+    /// per-slot-stream cell map.
+    fn cache_with(entries: &[(usize, u64, &[TokenId])]) -> (PrefixCache, CellTrie) {
         let mut c = PrefixCache::new(true, 8, false);
+        let mut t = CellTrie::new(false);
         for (i, &(slot, m, toks)) in entries.iter().enumerate() {
             c.insert(Entry {
                 slot,
                 key: key(m),
-                tokens: toks.to_vec(),
                 last_used: i as u64,
             });
+            t.extend(slot, key(m), toks, 0);
         }
-        c
-    }
-
-    /// The copy source the owner passes: the cell map's longest match over
-    /// these slots' cells.
-    fn best(slots: &[(usize, &[TokenId])], prompt: &[TokenId]) -> Option<(usize, usize)> {
-        let mut t = super::super::trie::CellTrie::new(false);
-        for &(slot, toks) in slots {
-            t.extend(slot, key(1), toks, 0);
-        }
-        t.longest(key(1), prompt)
+        (c, t)
     }
 
     #[test]
     fn longest_match_wins_and_the_last_prompt_token_is_always_computed() {
-        let c = cache_with(&[(3, 1, &[1, 2, 3]), (5, 1, &[1, 2, 3, 4, 5, 6])]);
+        let (c, t) = cache_with(&[(3, 1, &[1, 2, 3]), (5, 1, &[1, 2, 3, 4, 5, 6])]);
         assert_eq!(
-            c.lookup(key(1), &[1, 2, 3, 4, 9], None, |_| false, true),
+            c.lookup(key(1), &[1, 2, 3, 4, 9], &t, |_| false, true),
             Some(Reuse::Takeover { slot: 5, len: 4 })
         );
         // The whole prompt is cached: all but its last token are reused
         // (both entries give 3; the lower slot wins the tie).
         assert_eq!(
-            c.lookup(key(1), &[1, 2, 3, 4], None, |_| false, true),
+            c.lookup(key(1), &[1, 2, 3, 4], &t, |_| false, true),
             Some(Reuse::Takeover { slot: 3, len: 3 })
         );
         assert_eq!(
-            c.lookup(key(1), &[1, 2, 3, 4, 5, 6, 7], None, |_| false, true),
+            c.lookup(key(1), &[1, 2, 3, 4, 5, 6, 7], &t, |_| false, true),
             Some(Reuse::Takeover { slot: 5, len: 6 })
         );
     }
 
     #[test]
     fn other_identity_or_other_preceding_context_never_matches() {
-        let c = cache_with(&[(0, 1, &[1, 2, 3, 4, 5])]);
+        let (c, t) = cache_with(&[(0, 1, &[1, 2, 3, 4, 5])]);
         assert_eq!(
-            c.lookup(key(2), &[1, 2, 3, 4, 5, 6], None, |_| false, true),
+            c.lookup(key(2), &[1, 2, 3, 4, 5, 6], &t, |_| false, true),
             None
         );
         // Same suffix under a different first token: no match.
         assert_eq!(
-            c.lookup(key(1), &[9, 2, 3, 4, 5, 6], None, |_| false, true),
+            c.lookup(key(1), &[9, 2, 3, 4, 5, 6], &t, |_| false, true),
             None
         );
     }
 
     #[test]
     fn ties_prefer_the_lowest_slot_and_lru_is_the_oldest() {
-        let c = cache_with(&[(7, 1, &[1, 2, 8]), (2, 1, &[1, 2, 9])]);
+        let (c, t) = cache_with(&[(7, 1, &[1, 2, 8]), (2, 1, &[1, 2, 9])]);
         assert_eq!(
-            c.lookup(key(1), &[1, 2, 5], None, |_| false, true),
+            c.lookup(key(1), &[1, 2, 5], &t, |_| false, true),
             Some(Reuse::Takeover { slot: 2, len: 2 })
         );
         assert_eq!(c.lru_slot(&[]), Some(7));
@@ -297,22 +279,22 @@ mod tests {
 
     #[test]
     fn copies_only_long_shared_prefixes_of_live_sequences() {
-        let c = cache_with(&[(0, 1, &[1, 2])]);
+        let (c, mut t) = cache_with(&[(0, 1, &[1, 2])]);
         let long: Vec<TokenId> = (1..40).collect();
         let mut prompt = long.clone();
         prompt.push(99);
-        let slots = [(0usize, &[1, 2][..]), (4, long.as_slice())];
+        t.extend(4, key(1), &long, 0); // a running sequence
         assert_eq!(
-            c.lookup(key(1), &prompt, best(&slots, &prompt), |_| false, true),
+            c.lookup(key(1), &prompt, &t, |_| false, true),
             Some(Reuse::Copy {
                 src_slot: 4,
                 len: 39
             })
         );
         // Shorter than copy_min: only the cached takeover.
-        let slots = [(0usize, &[1, 2][..]), (4, &long[..5])];
+        t.truncate(4, 5);
         assert_eq!(
-            c.lookup(key(1), &prompt, best(&slots, &prompt), |_| false, true),
+            c.lookup(key(1), &prompt, &t, |_| false, true),
             Some(Reuse::Takeover { slot: 0, len: 2 })
         );
     }
@@ -320,64 +302,48 @@ mod tests {
     #[test]
     fn a_fragmenting_takeover_becomes_a_copy_or_nothing() {
         let long: Vec<TokenId> = (1..40).collect();
-        let c = cache_with(&[(9, 1, &long)]);
+        let (c, t) = cache_with(&[(9, 1, &long)]);
         let mut prompt = long.clone();
         prompt.push(99);
         // Slot 9 would split the busy slots: copy it (long prefix)...
         assert_eq!(
-            c.lookup(
-                key(1),
-                &prompt,
-                best(&[(9, &long)], &prompt),
-                |s| s == 9,
-                true
-            ),
+            c.lookup(key(1), &prompt, &t, |s| s == 9, true),
             Some(Reuse::Copy {
                 src_slot: 9,
                 len: 39
             })
         );
         // ...or, for a short one, reuse nothing.
-        assert_eq!(
-            c.lookup(
-                key(1),
-                &[1, 2, 3, 7],
-                best(&[(9, &long)], &[1, 2, 3, 7]),
-                |s| s == 9,
-                true
-            ),
-            None
-        );
+        assert_eq!(c.lookup(key(1), &[1, 2, 3, 7], &t, |s| s == 9, true), None);
     }
 
     #[test]
     fn a_short_match_keeps_a_long_entry_while_a_slot_is_free() {
         let long: Vec<TokenId> = (1..60).collect();
         // (The other entry is older: the LRU, next to be evicted.)
-        let c = cache_with(&[(5, 1, &[7, 7]), (0, 1, &long)]);
+        let (c, t) = cache_with(&[(5, 1, &[7, 7]), (0, 1, &long)]);
         // Only the first 3 tokens match: taking the slot over would destroy
         // 56 cached tokens to reuse 3. With a free slot: recompute.
         assert_eq!(
-            c.lookup(key(1), &[1, 2, 3, 99, 98], None, |_| false, true),
+            c.lookup(key(1), &[1, 2, 3, 99, 98], &t, |_| false, true),
             None
         );
         // No free slot: the entry goes anyway, so reuse what matches.
         assert_eq!(
-            c.lookup(key(1), &[1, 2, 3, 99, 98], None, |_| false, false),
+            c.lookup(key(1), &[1, 2, 3, 99, 98], &t, |_| false, false),
             Some(Reuse::Takeover { slot: 0, len: 3 })
         );
         // The LRU entry is the next to go anyway: reuse what matches.
-        let lru = cache_with(&[(0, 1, &long), (5, 1, &[7, 7])]);
+        let (lru, lt) = cache_with(&[(0, 1, &long), (5, 1, &[7, 7])]);
         assert_eq!(
-            lru.lookup(key(1), &[1, 2, 3, 9], None, |_| false, true),
+            lru.lookup(key(1), &[1, 2, 3, 9], &lt, |_| false, true),
             Some(Reuse::Takeover { slot: 0, len: 3 })
         );
         // A long shared prefix that is not most of the entry: copied out.
         let mut p: Vec<TokenId> = (1..20).collect();
         p.push(99);
-        let slots = [(5usize, &[7, 7][..]), (0, &long)];
         assert_eq!(
-            c.lookup(key(1), &p, best(&slots, &p), |_| false, true),
+            c.lookup(key(1), &p, &t, |_| false, true),
             Some(Reuse::Copy {
                 src_slot: 0,
                 len: 19
@@ -388,13 +354,12 @@ mod tests {
     #[test]
     fn in_a_shared_pool_a_free_slot_makes_every_match_a_copy() {
         let long: Vec<TokenId> = (1..60).collect();
-        let mut c = cache_with(&[(0, 1, &long)]);
+        let (mut c, t) = cache_with(&[(0, 1, &long)]);
         c.share = true;
         let p = [1, 2, 3, 99];
-        let b = best(&[(0, &long)], &p);
         // Zero-copy: even a short prefix is shared, and the entry is kept.
         assert_eq!(
-            c.lookup(key(1), &p, b, |_| false, true),
+            c.lookup(key(1), &p, &t, |_| false, true),
             Some(Reuse::Copy {
                 src_slot: 0,
                 len: 3
@@ -402,18 +367,17 @@ mod tests {
         );
         // No free slot: the entry is taken over.
         assert_eq!(
-            c.lookup(key(1), &p, b, |_| false, false),
+            c.lookup(key(1), &p, &t, |_| false, false),
             Some(Reuse::Takeover { slot: 0, len: 3 })
         );
     }
 
     #[test]
     fn disabled_cache_finds_nothing() {
-        let mut c = cache_with(&[(0, 1, &[1, 2, 3])]);
+        let (mut c, t) = cache_with(&[(0, 1, &[1, 2, 3])]);
         c.enabled = false;
-        assert_eq!(c.lookup(key(1), &[1, 2, 3, 4], None, |_| false, true), None);
-        assert!(c.truncate(0, 2));
-        assert_eq!(c.take(0).map(|e| e.tokens.len()), Some(2));
+        assert_eq!(c.lookup(key(1), &[1, 2, 3, 4], &t, |_| false, true), None);
+        assert_eq!(c.take(0).map(|e| e.slot), Some(0));
         assert_eq!(c.len(), 0);
     }
 }

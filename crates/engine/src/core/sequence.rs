@@ -211,12 +211,23 @@ impl Sequence {
         &self.prompt[..self.computed]
     }
 
-    /// Every token in the slot's KV cells, positions 0.. (what the prefix
-    /// cache keeps when the sequence ends).
+    /// Generated tokens whose cells are computed (the last sampled one is
+    /// not fed back yet).
+    fn decoded(&self) -> usize {
+        (self.generated.saturating_sub(1) as usize).min(self.output.len())
+    }
+
+    /// Cells in the slot, positions 0.. (what the prefix cache keeps when
+    /// the sequence ends).
+    pub fn kv_len(&self) -> usize {
+        self.computed + self.decoded()
+    }
+
+    /// Every token in the slot's KV cells (tests check the cell map by it).
+    #[cfg(test)]
     pub fn kv_tokens(&self) -> Vec<TokenId> {
         let mut t = self.prompt[..self.computed].to_vec();
-        let decoded = (self.generated.saturating_sub(1) as usize).min(self.output.len());
-        t.extend_from_slice(&self.output[..decoded]);
+        t.extend_from_slice(&self.output[..self.decoded()]);
         t
     }
 

@@ -55,7 +55,7 @@ impl<B: Backend> Owner<B> {
         for slot in slots {
             if cut == 0 {
                 freed |= self.evict(slot);
-            } else if self.cache.truncate(slot, cut) {
+            } else if self.cache.contains_slot(slot) {
                 let t = std::time::Instant::now();
                 self.kv_truncate(slot, cut);
                 let ms = t.elapsed().as_secs_f64() * 1e3;
@@ -79,7 +79,11 @@ impl<B: Backend> Owner<B> {
             assert_eq!(self.cells.tokens(s.slot), s.kv_tokens(), "slot {}", s.slot);
         }
         for e in self.cache.entries() {
-            assert_eq!(self.cells.tokens(e.slot), e.tokens, "entry {}", e.slot);
+            assert!(
+                self.cells.len(e.slot) > 0,
+                "entry {} holds no cells",
+                e.slot
+            );
         }
         for &f in &self.free_slots {
             assert_eq!(self.cells.len(f), 0, "free slot {f}");
@@ -104,17 +108,18 @@ impl<B: Backend> Owner<B> {
     /// Second tier: save a cache entry's state (its slot's cells, still
     /// intact) to host memory when it is long enough to be worth it.
     pub(super) fn spill(&mut self, e: prefix::Entry) {
-        if !self.host.enabled() || e.tokens.len() < self.host.min_tokens {
+        let len = self.cells.len(e.slot);
+        if !self.host.enabled() || len < self.host.min_tokens {
             return;
         }
-        // Only what the slot really holds (it always equals the entry).
-        if self.rt.slot_len(e.slot) < e.tokens.len() {
+        // Only what the slot really holds (it always equals the cell map).
+        if self.rt.slot_len(e.slot) < len {
             return;
         }
         if let Some(data) = self.rt.save_slot(e.slot) {
             self.host.insert(super::spill::Spilled {
                 key: e.key,
-                tokens: e.tokens,
+                tokens: self.cells.tokens(e.slot),
                 data,
                 last_used: e.last_used,
             });

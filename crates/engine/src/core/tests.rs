@@ -607,14 +607,23 @@ impl Harness {
             "slots"
         );
         for e in cache.entries() {
-            assert_eq!(self.owner.rt.kv[e.slot], e.tokens, "slot {}", e.slot);
+            assert_eq!(
+                self.owner.rt.kv[e.slot],
+                self.owner.cells.tokens(e.slot),
+                "slot {}",
+                e.slot
+            );
         }
         for &s in &self.owner.free_slots {
             assert!(self.owner.rt.kv[s].is_empty(), "free slot {s} holds cells");
         }
         // Idle: every held cell is cached; per-slot streams hold each
         // entry's cells on their own, a unified pool shares them.
-        let entries: u64 = cache.entries().iter().map(|e| e.tokens.len() as u64).sum();
+        let entries: u64 = cache
+            .entries()
+            .iter()
+            .map(|e| self.owner.cells.len(e.slot) as u64)
+            .sum();
         let held = self.owner.cells.cells();
         if self.owner.config.kv_unified {
             assert!(held <= entries);
@@ -1001,7 +1010,11 @@ fn in_a_unified_pool_eviction_cuts_idle_tails_never_a_prefix_a_live_sequence_rea
     h.ticks(1);
     assert_eq!(h.owner.seqs.len(), 2, "c admitted");
     let entry = &h.owner.cache.entries()[0];
-    assert_eq!(entry.tokens, sys, "a's entry keeps the shared prefix");
+    assert_eq!(
+        h.owner.cells.tokens(entry.slot),
+        sys,
+        "a's entry keeps the shared prefix"
+    );
     assert!(h.stats.borrow().prefix_evictions >= 1);
     h.run_idle();
     let fb = done(&events(&mut b)).clone();

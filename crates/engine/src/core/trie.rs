@@ -87,8 +87,8 @@ impl CellTrie {
         self.paths.get(&slot).map_or(0, |p| p.len)
     }
 
-    /// The tokens in a slot's cells, positions 0..len.
-    pub fn tokens(&self, slot: usize) -> Vec<TokenId> {
+    /// A slot's nodes, root side first.
+    fn runs(&self, slot: usize) -> Vec<usize> {
         let mut runs = Vec::new();
         if let Some(p) = self.paths.get(&slot) {
             let mut n = p.end;
@@ -97,10 +97,30 @@ impl CellTrie {
                 n = self.nodes[n].parent;
             }
         }
-        runs.iter()
-            .rev()
+        runs.reverse();
+        runs
+    }
+
+    /// The tokens in a slot's cells, positions 0..len.
+    pub fn tokens(&self, slot: usize) -> Vec<TokenId> {
+        self.runs(slot)
+            .iter()
             .flat_map(|&n| self.nodes[n].run.iter().copied())
             .collect()
+    }
+
+    /// How many of `prompt`'s first tokens `slot`'s cells hold.
+    pub fn common_prefix(&self, slot: usize, prompt: &[TokenId]) -> usize {
+        let mut len = 0;
+        for n in self.runs(slot) {
+            let run = &self.nodes[n].run;
+            let m = common_prefix(run, &prompt[len.min(prompt.len())..]);
+            len += m;
+            if m < run.len() {
+                break;
+            }
+        }
+        len
     }
 
     fn alloc(&mut self, n: Node) -> usize {
