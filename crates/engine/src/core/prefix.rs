@@ -207,10 +207,10 @@ impl PrefixCache {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn key(m: u64) -> PrefixKey {
+    pub(in crate::core) fn key(m: u64) -> PrefixKey {
         PrefixKey {
             model: m,
             ..Default::default()

@@ -672,6 +672,22 @@ fn a_repeated_prompt_reuses_all_but_its_last_token_with_the_same_output() {
     h.assert_idle_cached();
 }
 
+/// One slot with a host tier: `p` runs (6 tokens), then another prompt
+/// evicts its entry, which goes to the host tier.
+fn spilled(p: &[TokenId]) -> Harness {
+    let mut c = cached_config(1);
+    c.prefix_host_bytes = 1 << 20;
+    c.prefix_host_min = 8;
+    let mut h = harness(c);
+    let mut a = h.submit_tokens(p, 6, "a");
+    h.run_idle();
+    events(&mut a);
+    let mut b = h.submit_tokens(&prompt(30, 20), 2, "b");
+    h.run_idle();
+    events(&mut b);
+    h
+}
+
 #[test]
 fn an_evicted_prefix_is_restored_from_the_host_tier_with_the_same_output() {
     let p = prompt(3, 40);
@@ -680,17 +696,7 @@ fn an_evicted_prefix_is_restored_from_the_host_tier_with_the_same_output() {
     h.run_idle();
     let want = done(&events(&mut rx)).output_tokens.clone();
 
-    let mut c = cached_config(1);
-    c.prefix_host_bytes = 1 << 20;
-    c.prefix_host_min = 8;
-    let mut h = harness(c);
-    let mut a = h.submit_tokens(&p, 6, "a");
-    h.run_idle();
-    events(&mut a);
-    // One slot: another prompt evicts the entry, which goes to the host.
-    let mut b = h.submit_tokens(&prompt(30, 20), 2, "b");
-    h.run_idle();
-    events(&mut b);
+    let mut h = spilled(&p);
     let st = h.stats.borrow().clone();
     assert_eq!(st.prefix_spills, 1);
     assert!(st.prefix_host_bytes > 0 && st.prefix_host_entries == 1);
@@ -720,16 +726,7 @@ fn an_evicted_prefix_is_restored_from_the_host_tier_with_the_same_output() {
 #[test]
 fn a_refused_restore_leaves_the_whole_growth_reserved() {
     let p = prompt(3, 40);
-    let mut c = cached_config(1);
-    c.prefix_host_bytes = 1 << 20;
-    c.prefix_host_min = 8;
-    let mut h = harness(c);
-    let mut a = h.submit_tokens(&p, 6, "a");
-    h.run_idle();
-    events(&mut a);
-    let mut b = h.submit_tokens(&prompt(30, 20), 2, "b");
-    h.run_idle();
-    events(&mut b);
+    let mut h = spilled(&p);
     assert_eq!(h.stats.borrow().prefix_spills, 1);
     // The restore is planned (39 tokens) but refused: the request computes
     // its whole prompt, and its reservation must cover all of it.

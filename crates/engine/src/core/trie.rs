@@ -443,14 +443,8 @@ impl CellTrie {
 
 #[cfg(test)]
 mod tests {
+    use super::super::prefix::tests::key;
     use super::*;
-
-    fn key(m: u64) -> PrefixKey {
-        PrefixKey {
-            model: m,
-            ..Default::default()
-        }
-    }
 
     fn seq(a: TokenId, n: usize) -> Vec<TokenId> {
         (a..a + n as TokenId).collect()
