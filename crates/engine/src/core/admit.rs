@@ -51,15 +51,13 @@ impl<B: Backend> Owner<B> {
                 break;
             }
             let reuse = if eligible {
-                let busy = self.busy_slots();
+                let runs = self.stream_runs();
                 let free = !self.free_slots.is_empty();
-                // One pool: no stream runs to keep together.
-                let share = self.cache.share;
                 self.cache.lookup(
                     self.prefix_key,
                     &r.prompt,
                     &self.cells,
-                    |s| !share && fragments(&busy, s),
+                    |s| fragments(&runs, s),
                     free,
                 )
             } else {

@@ -100,9 +100,19 @@ impl<B: Backend> Owner<B> {
         })
     }
 
-    /// Busy slot ids, for `fragments`.
+    /// Busy slot ids.
     pub(super) fn busy_slots(&self) -> Vec<usize> {
         self.seqs.iter().map(|s| s.slot).collect()
+    }
+
+    /// The busy slots whose KV streams `fragments` keeps in runs: none in a
+    /// unified pool (one stream for every slot).
+    pub(super) fn stream_runs(&self) -> Vec<usize> {
+        if self.cache.share {
+            Vec::new()
+        } else {
+            self.busy_slots()
+        }
     }
 
     /// Second tier: save a cache entry's state (its slot's cells, still
@@ -187,12 +197,7 @@ impl<B: Backend> Owner<B> {
     /// the fewest cells (in a unified pool, one whose cells others share),
     /// then the lowest id.
     pub(super) fn take_slot(&mut self) -> Option<usize> {
-        // One pool (`share`): no stream runs to keep together.
-        let busy = if self.cache.share {
-            Vec::new()
-        } else {
-            self.busy_slots()
-        };
+        let busy = self.stream_runs();
         let (_, cached, _, slot) = self
             .free_slots
             .iter()
