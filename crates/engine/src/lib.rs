@@ -50,6 +50,9 @@ pub struct EngineConfig {
     /// Derive the prompt budget from this step-time target (ms), learned
     /// from measured step costs; `prompt_budget` is then the maximum.
     pub target_step_ms: Option<f64>,
+    /// The target applies only while a prompt of at least this many tokens
+    /// is prefilling (0: always); other steps take the whole budget.
+    pub target_min_prompt: usize,
     pub min_prompt_budget: usize,
     /// TTFT target (ms since arrival): a prompt of at most
     /// `expedite_max_tokens` tokens that has waited this long is
@@ -100,6 +103,10 @@ pub struct EngineConfig {
     /// sampling: the argmax runs in the step's graph and only the token
     /// comes back); every other request samples on the host.
     pub device_sampling: bool,
+    /// Threads that sample and emit a step's rows (one more per 8 rows, up
+    /// to this many): with an offloaded model the host's per-row work sits
+    /// between two device steps.
+    pub sample_threads: usize,
     /// Host-memory tier of the prefix cache: bytes of evicted entries' KV
     /// state kept to restore instead of recompute (0: off).
     pub prefix_host_bytes: u64,
@@ -125,6 +132,7 @@ impl EngineConfig {
             max_prefill_seqs: 2,
             max_decode_seqs: 32,
             target_step_ms: None,
+            target_min_prompt: 0,
             min_prompt_budget: 16,
             ttft_target_ms: None,
             expedite_max_tokens: 512,
@@ -152,6 +160,7 @@ impl EngineConfig {
             prefix_cache: true,
             prefix_copy_min: 64,
             device_sampling: false,
+            sample_threads: 1,
             prefix_host_bytes: 0,
             prefix_host_min: 128,
         }
@@ -200,6 +209,8 @@ pub(crate) enum Command {
     Cancel(String),
     /// End every queued and admitted request with a `Shutdown` error.
     CancelAll,
+    /// Stop the owner as if every handle had been dropped.
+    Stop,
 }
 
 /// What happens to a request whose client reads slower than it generates.
@@ -222,6 +233,8 @@ struct Shared {
     /// Set once, when the drain begins.
     drain_started: std::sync::OnceLock<Instant>,
     model: Arc<model::LoadedModel>,
+    /// The owner thread, joined by `stop`.
+    owner: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 /// Cheap to clone; every clone talks to the same execution owner.
@@ -277,7 +290,7 @@ impl Engine {
         let (inbox_tx, inbox_rx) = mpsc::channel(config.max_waiting.max(1));
         let (stats_tx, stats_rx) = watch::channel(EngineStats::starting(&config, load_ms));
         let queued = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        core::spawn(core::OwnerArgs {
+        let owner = core::spawn(core::OwnerArgs {
             model: model.clone(),
             parts: core::OwnerParts {
                 config: config.clone(),
@@ -297,6 +310,7 @@ impl Engine {
                 queued,
                 drain_started: std::sync::OnceLock::new(),
                 model,
+                owner: std::sync::Mutex::new(Some(owner)),
             }),
         })
     }
@@ -334,6 +348,20 @@ impl EngineHandle {
     }
 
     /// End everything in flight with a `Shutdown` error (end of a drain).
+    /// Stop the execution owner and wait until it has released the
+    /// runtime (the llama context and its device buffers). Call before the
+    /// process exits: a GPU context freed while the CUDA driver shuts down
+    /// aborts the process. Queued requests get a `Shutdown` error.
+    /// Blocking; idempotent.
+    pub fn stop(&self) {
+        let Some(owner) = self.shared.owner.lock().ok().and_then(|mut o| o.take()) else {
+            return;
+        };
+        if self.shared.inbox.blocking_send(Command::Stop).is_ok() {
+            let _ = owner.join();
+        }
+    }
+
     pub fn cancel_all(&self) -> bool {
         self.shared.inbox.try_send(Command::CancelAll).is_ok()
     }

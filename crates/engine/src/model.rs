@@ -452,15 +452,32 @@ impl Runtime<'_> {
 
     /// Submit the step and wait for its completion.
     pub fn decode(&mut self) -> Result<(), StepError> {
+        let r = self.submit();
+        self.wait();
+        r
+    }
+
+    /// Submit the step. llama.cpp returns once the step's graph is queued
+    /// on an asynchronous device (CUDA); on the CPU it returns when the step
+    /// is computed. Errors (no KV space, a bad batch) are known here.
+    pub fn submit(&mut self) -> Result<(), StepError> {
         // SAFETY: the batch entries up to `n_tokens` were written by `push`.
         let r = unsafe { llama_cpp_sys_2::llama_decode(self.ctx.as_ptr(), self.batch) };
-        unsafe { llama_cpp_sys_2::llama_synchronize(self.ctx.as_ptr()) };
+        if r != 0 {
+            self.wait();
+        }
         match r {
             0 => Ok(()),
             1 => Err(StepError::NoKvSpace),
             2 => Err(StepError::Decode("aborted".into())),
             e => Err(StepError::Decode(format!("llama_decode returned {e}"))),
         }
+    }
+
+    /// Wait until the last submitted step has completed.
+    pub fn wait(&mut self) {
+        // SAFETY: the context is alive; synchronising an idle context is a no-op.
+        unsafe { llama_cpp_sys_2::llama_synchronize(self.ctx.as_ptr()) };
     }
 
     /// Logits of batch entry `idx` from the last completed step (empty when

@@ -121,6 +121,10 @@ pub struct EngineStats {
     /// Steward's own work per step (planning, batch building, sampling,
     /// detokenizing, event delivery) summed over steps.
     pub step_host_ms_total: f64,
+    /// Time from a step's completion to the next step's submission, summed
+    /// over back-to-back steps (the device idles), and their count.
+    pub step_gap_ms_total: f64,
+    pub step_gaps: u64,
     pub prompt_budget: usize,
     /// Prefix cache: admitted requests looked up, those that reused state,
     /// prompt tokens reused, entries evicted, whole-stream copies, cells and
@@ -138,7 +142,7 @@ pub struct EngineStats {
     pub prefix_entries: usize,
     /// KV bytes llama.cpp really holds (its state size now minus when
     /// empty: each cell once, shared cells of a unified pool included once),
-    /// sampled at most every 100 ms.
+    /// sampled at most every second while busy.
     pub kv_bytes_physical: u64,
     /// Host tier: entries saved on eviction, entries restored into a slot,
     /// bytes and entries held now, time spent saving and restoring.

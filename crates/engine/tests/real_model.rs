@@ -9,12 +9,21 @@ use steward_engine::{
 };
 
 async fn engine(max_seqs: usize, budget: usize) -> EngineHandle {
+    engine_with(max_seqs, budget, |_| {}).await
+}
+
+async fn engine_with(
+    max_seqs: usize,
+    budget: usize,
+    f: impl FnOnce(&mut EngineConfig),
+) -> EngineHandle {
     let path = steward_engine::fetch::ensure_default_model().expect("default model");
     let mut c = EngineConfig::new(path);
     c.max_seqs = max_seqs;
     c.ctx_per_seq = 1024;
     c.prompt_budget = budget;
     c.max_prefill_seqs = 8;
+    f(&mut c);
     let h = Engine::start(c).expect("engine starts");
     assert!(h.wait_ready().await);
     h
@@ -73,9 +82,11 @@ const PROMPTS: [&str; 8] = [
     "What day comes after Monday?",
 ];
 
+/// Also the parallel output path: 16 streams decode together, so each
+/// step's rows are sampled and emitted on helper threads (`core/rows.rs`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn greedy_is_deterministic_and_batched_equals_solo() {
-    let h = engine(8, 64).await;
+    let h = engine_with(16, 64, |c| c.sample_threads = 4).await;
     let mut solo = Vec::new();
     for p in PROMPTS {
         let toks = prompt_tokens(&h, p).await;
@@ -86,9 +97,9 @@ async fn greedy_is_deterministic_and_batched_equals_solo() {
     let toks = prompt_tokens(&h, PROMPTS[0]).await;
     let (_, again) = run(&h, request(toks, 24, greedy())).await;
     assert_eq!(again.output_tokens, solo[0], "greedy output must repeat");
-    // All eight at once, in one continuous batch.
+    // All eight at once, twice over, in one continuous batch.
     let mut streams = Vec::new();
-    for p in PROMPTS {
+    for p in PROMPTS.iter().chain(&PROMPTS) {
         let toks = prompt_tokens(&h, p).await;
         streams.push(h.submit(request(toks, 24, greedy())).unwrap());
     }
@@ -96,8 +107,8 @@ async fn greedy_is_deterministic_and_batched_equals_solo() {
     for s in streams {
         batched.push(s.collect().await.unwrap().1.output_tokens);
     }
-    for (i, (a, b)) in solo.iter().zip(&batched).enumerate() {
-        assert_eq!(a, b, "prompt {i}: batched tokens differ from solo");
+    for (i, (a, b)) in solo.iter().cycle().zip(&batched).enumerate() {
+        assert_eq!(a, b, "stream {i}: batched tokens differ from solo");
     }
     assert!(h.stats().steps > 0);
 }

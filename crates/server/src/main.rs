@@ -107,10 +107,18 @@ struct ServeArgs {
     /// Adaptive prompt budget: target step time in ms (the decoders'
     /// inter-token latency); --prompt-budget is then the maximum. 0: off
     /// (fixed budget). Default: 250 on the CPU, chosen by measurement
-    /// (docs/BENCHMARKS.md [3/8]); off on a GPU, where steps take
-    /// milliseconds.
+    /// (docs/BENCHMARKS.md [3/8]); 50 on a GPU, for long prompts only (see
+    /// --target-min-prompt).
     #[arg(long)]
     target_step_ms: Option<f64>,
+    /// The step-time target applies only while a prompt of at least this
+    /// many tokens is being prefilled; other steps take the whole
+    /// --prompt-budget. 0: always. Default: 0 on the CPU; 2048 on a GPU,
+    /// where a burst of short prompts prefills fastest in one large step
+    /// and a long prompt is what freezes the decoders (docs/BENCHMARKS.md
+    /// [8/8]).
+    #[arg(long)]
+    target_min_prompt: Option<usize>,
     /// Smallest prompt budget the adaptive rule may choose.
     #[arg(long, default_value_t = 16)]
     min_prompt_budget: usize,
@@ -204,6 +212,11 @@ struct ServeArgs {
     /// says which.
     #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
     device_sampling: bool,
+    /// Threads that sample and emit a step's rows, one more per 8 rows
+    /// [default: half the cores up to 8 when layers are offloaded (the
+    /// device idles while the host reads every row's logits), else 1].
+    #[arg(long)]
+    sample_threads: Option<usize>,
     /// Prefix cache host tier, MiB: an evicted entry of at least
     /// --prefix-host-min tokens is saved to host memory (llama.cpp's
     /// per-sequence state) and restored into a free slot when a prompt
@@ -337,8 +350,9 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
         .unwrap_or(if gpu { a.max_seqs } else { 2 })
         .max(1);
     c.max_decode_seqs = a.max_decode_seqs.unwrap_or(a.max_seqs).clamp(1, a.max_seqs);
-    let target = a.target_step_ms.unwrap_or(if gpu { 0.0 } else { 250.0 });
+    let target = a.target_step_ms.unwrap_or(if gpu { 50.0 } else { 250.0 });
     c.target_step_ms = (target > 0.0).then_some(target);
+    c.target_min_prompt = a.target_min_prompt.unwrap_or(if gpu { 2048 } else { 0 });
     c.min_prompt_budget = a.min_prompt_budget.max(1);
     c.ttft_target_ms = (a.ttft_target_ms > 0.0).then_some(a.ttft_target_ms);
     c.expedite_max_tokens = a.expedite_max_tokens;
@@ -373,6 +387,11 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
     c.prefix_cache = a.prefix_cache;
     c.prefix_copy_min = a.prefix_copy_min;
     c.device_sampling = a.device_sampling;
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    c.sample_threads = a
+        .sample_threads
+        .unwrap_or(if gpu { (cores / 2).clamp(1, 8) } else { 1 })
+        .max(1);
     c.prefix_host_bytes = a.prefix_host_mb.unwrap_or(if gpu { 0 } else { 512 }) << 20;
     c.prefix_host_min = a.prefix_host_min;
     c.progress = true;
@@ -427,9 +446,16 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
                 server.await??;
             }
         }
+        // Free the llama context (and its device buffers) before the process
+        // exits: freed while the CUDA driver shuts down, it aborts.
+        tokio::task::spawn_blocking(move || warm.stop()).await?;
         tracing::info!("shut down");
         anyhow::Ok(())
-    })
+    })?;
+    // The model's weights are left to the operating system: the last holder
+    // of it may be a tokenizer thread, and a device free racing the
+    // driver's own exit handlers aborts.
+    std::process::exit(0)
 }
 
 /// SIGTERM/ctrl-c: stop admitting (new requests get 503, /ready 503), let

@@ -173,7 +173,7 @@ pub fn render(e: &EngineStats, waiting: usize, h: &HttpMetrics) -> String {
         0.0
     };
     // (name, help, type, value): every engine-side metric, declared here.
-    let engine: [(&str, &str, &str, f64); 54] = [
+    let engine: [(&str, &str, &str, f64); 56] = [
         (
             "steward_draining",
             "1 while draining for shutdown",
@@ -221,6 +221,18 @@ pub fn render(e: &EngineStats, waiting: usize, h: &HttpMetrics) -> String {
             "Steward's own time per step (plan, batch, sample, detokenize, deliver), summed",
             "counter",
             e.step_host_ms_total / 1e3,
+        ),
+        (
+            "steward_step_gap_seconds_total",
+            "Time from a step's completion to the next step's submission (the device idles), summed over back-to-back steps",
+            "counter",
+            e.step_gap_ms_total / 1e3,
+        ),
+        (
+            "steward_step_gaps_total",
+            "Back-to-back steps counted in steward_step_gap_seconds_total",
+            "counter",
+            e.step_gaps as f64,
         ),
         (
             "steward_ready",
@@ -296,7 +308,7 @@ pub fn render(e: &EngineStats, waiting: usize, h: &HttpMetrics) -> String {
         ),
         (
             "steward_kv_bytes_physical",
-            "KV bytes llama.cpp holds, each cell once (its state size minus the empty state's), sampled every 100 ms",
+            "KV bytes llama.cpp holds, each cell once (its state size minus the empty state's), sampled every second while busy",
             "gauge",
             e.kv_bytes_physical as f64,
         ),

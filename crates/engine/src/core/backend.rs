@@ -15,8 +15,18 @@ pub trait Backend {
         slot: usize,
         logits: bool,
     ) -> Result<usize, StepError>;
+    /// Submit the step. On an asynchronous device (CUDA) it returns once
+    /// the step is queued: the host may do work that needs none of the
+    /// step's outputs, and must not touch the runtime, until `wait`.
+    fn submit(&mut self) -> Result<(), StepError>;
+    /// Wait until the submitted step has completed (its outputs readable).
+    fn wait(&mut self) {}
     /// Submit the step and wait until it has completed.
-    fn decode(&mut self) -> Result<(), StepError>;
+    fn decode(&mut self) -> Result<(), StepError> {
+        self.submit()?;
+        self.wait();
+        Ok(())
+    }
     /// Logits of a batch row of the last completed step.
     fn logits(&self, row: usize) -> &[f32];
     /// Release every KV cell of a slot (idempotent).
@@ -62,8 +72,11 @@ impl Backend for Runtime<'_> {
     ) -> Result<usize, StepError> {
         Runtime::push(self, token, pos, slot, logits)
     }
-    fn decode(&mut self) -> Result<(), StepError> {
-        Runtime::decode(self)
+    fn submit(&mut self) -> Result<(), StepError> {
+        Runtime::submit(self)
+    }
+    fn wait(&mut self) {
+        Runtime::wait(self)
     }
     fn logits(&self, row: usize) -> &[f32] {
         Runtime::logits(self, row)

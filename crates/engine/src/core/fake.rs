@@ -87,7 +87,7 @@ impl Backend for FakeBackend {
         Ok(self.batch.len() - 1)
     }
 
-    fn decode(&mut self) -> Result<(), StepError> {
+    fn submit(&mut self) -> Result<(), StepError> {
         if std::mem::take(&mut self.fail_next) {
             return Err(StepError::Decode("injected failure".into()));
         }

@@ -6,10 +6,13 @@
 //!
 //! Step loop (`Owner::tick`): intake (inbox → waiting queue) → reap
 //! (cancelled, timed out) → admit (slot + ledger permit) → plan (pure) →
-//! submit and wait → sample/detokenize/emit → retire → publish stats.
+//! submit → (while an asynchronous device computes: the step's cell-map
+//! bookkeeping) → wait → sample/detokenize/emit (on helper threads when
+//! there are many rows: `rows.rs`) → retire → publish stats.
 //!
 //! Invariants: a slot's KV cells are released only after the step that
-//! touched them returned (decode is synchronous); every request gets exactly
+//! touched them completed (between `submit` and `wait` the owner does not
+//! touch the runtime); every request gets exactly
 //! one terminal event; `retire` is the only place an admitted sequence ends,
 //! and dropping its `Permit` there releases its reservation exactly once.
 
@@ -20,6 +23,7 @@ pub mod backend;
 mod fake;
 pub mod prefix;
 mod reap;
+mod rows;
 pub mod sampler;
 pub mod scheduler;
 mod sequence;
@@ -64,15 +68,16 @@ pub(crate) struct OwnerParts {
     pub prefix_key: PrefixKey,
 }
 
-pub(crate) fn spawn(args: OwnerArgs) -> Result<(), LoadError> {
+pub(crate) fn spawn(args: OwnerArgs) -> Result<std::thread::JoinHandle<()>, LoadError> {
     let (ok_tx, ok_rx) = std::sync::mpsc::sync_channel(1);
-    std::thread::Builder::new()
+    let owner = std::thread::Builder::new()
         .name("steward-engine".into())
         .spawn(move || owner_main(args, ok_tx))
         .map_err(|e| LoadError::Context(e.to_string()))?;
     ok_rx
         .recv()
-        .map_err(|_| LoadError::Context("engine thread died".into()))?
+        .map_err(|_| LoadError::Context("engine thread died".into()))??;
+    Ok(owner)
 }
 
 /// Most prompt tokens one step may carry: the budget plus what the TTFT
@@ -238,6 +243,9 @@ pub(crate) struct Owner<B: Backend> {
     pressure_checked: Instant,
     /// Duration and tokens of this iteration's step, for the one publish.
     last_step: Option<(f64, usize)>,
+    /// When the last step's outputs were handled, if the loop has gone
+    /// straight on since (taken by the next step: the device's idle gap).
+    last_done: Option<Instant>,
     cache: PrefixCache,
     /// The prefix cache's host-memory tier (evicted entries' saved state).
     host: spill::HostTier,
@@ -291,6 +299,7 @@ impl<B: Backend> Owner<B> {
             pressure: false,
             pressure_checked: Instant::now(),
             last_step: None,
+            last_done: None,
             state_base,
             state_sampled: None,
             // Recurrent state cannot be truncated to a prefix: no cache.
@@ -316,15 +325,34 @@ impl<B: Backend> Owner<B> {
 
     /// One iteration of the loop. Returns false when the engine should stop.
     pub(crate) fn tick(&mut self) -> bool {
+        let t0 = Instant::now();
         if !self.intake() {
             return false;
         }
+        let t1 = Instant::now();
         self.reap();
+        let t2 = Instant::now();
         self.admit();
+        let t3 = Instant::now();
         self.flush_draining();
+        let t4 = Instant::now();
         self.step();
+        let t5 = Instant::now();
         let step = self.last_step.take();
+        if step.is_none() {
+            self.last_done = None;
+        }
         self.publish(step);
+        let ms = |a: Instant, b: Instant| b.saturating_duration_since(a).as_secs_f64() * 1e3;
+        tracing::trace!(
+            intake_ms = ms(t0, t1),
+            reap_ms = ms(t1, t2),
+            admit_ms = ms(t2, t3),
+            flush_ms = ms(t3, t4),
+            step_ms = ms(t4, t5),
+            publish_ms = ms(t5, Instant::now()),
+            "tick"
+        );
         #[cfg(test)]
         self.check_cells();
         true
@@ -376,6 +404,7 @@ impl<B: Backend> Owner<B> {
                 }),
                 Command::Cancel(id) => self.cancel_by_id(&id),
                 Command::CancelAll => self.cancel_all(),
+                Command::Stop => self.inbox_closed = true,
             }
         }
     }
@@ -402,7 +431,16 @@ impl<B: Backend> Owner<B> {
             .max()
             .unwrap_or(0) as f64;
         let configured = self.config.prompt_budget;
-        let mut base = match self.config.target_step_ms {
+        // The step-time target, where it applies to this step: always, or
+        // only while a long prompt is prefilling (`target_min_prompt`).
+        let min_prompt = self.config.target_min_prompt;
+        let target_step = self.config.target_step_ms.filter(|_| {
+            min_prompt == 0
+                || self.seqs.iter().any(|s| {
+                    !s.is_decoding() && s.prompt_left() > 0 && s.prompt.len() >= min_prompt
+                })
+        });
+        let mut base = match target_step {
             Some(target) => self.cost.budget(
                 target,
                 decoding,
@@ -445,7 +483,7 @@ impl<B: Backend> Owner<B> {
             self.config.expedite_max_seqs,
         );
         self.limits.expedite = keys;
-        let cap = match self.config.target_step_ms {
+        let cap = match target_step {
             Some(_) => self.cost.budget(ttft, decoding, base, max, ctx),
             None => max,
         };
@@ -453,6 +491,7 @@ impl<B: Backend> Owner<B> {
     }
 
     fn step(&mut self) {
+        let t_plan = Instant::now();
         self.set_budget();
         let mut views: Vec<SeqView> = self.seqs.iter().map(Sequence::view).collect();
         for (v, s) in views.iter_mut().zip(&self.seqs) {
@@ -517,9 +556,15 @@ impl<B: Backend> Owner<B> {
             .map(|c| c.len)
             .sum();
         let t_submit = Instant::now();
-        let decoded = built.and_then(|_| self.rt.decode());
-        let runtime_ms = t_submit.elapsed().as_secs_f64() * 1e3;
-        if let Err(e) = decoded {
+        // The device idled from the last step's completion to here when
+        // the loop went straight on (host work on the critical path).
+        let gap_ms = self
+            .last_done
+            .take()
+            .map(|d| t_submit.saturating_duration_since(d).as_secs_f64() * 1e3);
+        let submitted = built.and_then(|_| self.rt.submit());
+        let submit_ms = t_submit.elapsed().as_secs_f64() * 1e3;
+        if let Err(e) = submitted {
             tracing::error!(error = %e, tokens = plan.n_tokens(), "step failed; failing its sequences");
             let keys: Vec<u64> = plan
                 .decode
@@ -530,9 +575,13 @@ impl<B: Backend> Owner<B> {
             self.fail(&keys, e.to_string());
             return;
         }
+        // While an asynchronous device computes the step: bookkeeping that
+        // needs none of its outputs (the runtime is not touched until
+        // `wait`). The step's cells, into the cell map: each decoder's
+        // token, each chunk's run (a padded tail replaces the cells it
+        // recomputed).
+        let t_overlap = Instant::now();
         let n_prompt: usize = plan.chunks.iter().map(|c| c.len).sum();
-        // The step's cells, into the cell map: each decoder's token, each
-        // chunk's run (a padded tail replaces the cells it recomputed).
         let tick = self.next_key;
         for &(slot, tok) in &decoded_tokens {
             self.cells.extend(slot, self.prefix_key, &[tok], tick);
@@ -545,20 +594,37 @@ impl<B: Backend> Owner<B> {
                 seq.chunk_done(c);
             }
         }
+        let overlap_ms = t_overlap.elapsed().as_secs_f64() * 1e3;
+        let t_wait = Instant::now();
+        self.rt.wait();
+        let done = Instant::now();
+        let wait_ms = done.saturating_duration_since(t_wait).as_secs_f64() * 1e3;
+        let runtime_ms = submit_ms + wait_ms;
+        let t_out = Instant::now();
         for &(si, ci, first) in &scored {
             self.seqs[si].score_chunk(&self.rt, &plan.chunks[ci], first);
         }
+        let mut row_of: Vec<Option<usize>> = vec![None; self.seqs.len()];
         for &(si, row) in &rows {
-            let seq = &mut self.seqs[si];
-            if seq.device {
-                match self.rt.sampled(row) {
-                    Some(tok) => seq.emit(tok, &self.vocab),
-                    None => seq.fail_runtime("the device sampler returned no token"),
-                }
-            } else {
-                seq.sample_and_emit(self.rt.logits(row), &self.vocab);
-            }
+            row_of[si] = Some(row);
         }
+        let rt = &self.rt;
+        let jobs: Vec<rows::Job<'_>> = self
+            .seqs
+            .iter_mut()
+            .zip(row_of)
+            .filter_map(|(seq, row)| {
+                let row = row?;
+                let out = if seq.device {
+                    rows::Out::Device(rt.sampled(row))
+                } else {
+                    rows::Out::Logits(rt.logits(row))
+                };
+                Some(rows::Job(seq, out))
+            })
+            .collect();
+        rows::emit(jobs, &self.vocab, self.config.sample_threads);
+        let out_ms = t_out.elapsed().as_secs_f64() * 1e3;
         let ms = t.elapsed().as_secs_f64() * 1e3;
         tracing::trace!(
             decode = plan.decode.len(),
@@ -566,6 +632,13 @@ impl<B: Backend> Owner<B> {
             prompt = n_prompt,
             runtime_ms = runtime_ms,
             ms = ms,
+            plan_ms = t.saturating_duration_since(t_plan).as_secs_f64() * 1e3,
+            build_ms = t_submit.saturating_duration_since(t).as_secs_f64() * 1e3,
+            submit_ms,
+            wait_ms,
+            overlap_ms,
+            out_ms,
+            gap_ms = gap_ms.unwrap_or(-1.0),
             "step"
         );
         let ctx = if n_prompt > 0 {
@@ -584,6 +657,10 @@ impl<B: Backend> Owner<B> {
             s.step_ms.observe(ms);
             s.prompt_tokens_after_cancel += wasted as u64;
             s.step_host_ms_total += ms - runtime_ms;
+            if let Some(g) = gap_ms {
+                s.step_gap_ms_total += g;
+                s.step_gaps += 1;
+            }
             s.generated_tokens_total += rows.len() as u64;
             s.prompt_tokens_total += n_prompt as u64;
         });
@@ -597,6 +674,7 @@ impl<B: Backend> Owner<B> {
             }
         }
         self.last_step = Some((ms, plan.n_tokens()));
+        self.last_done = Some(done);
     }
 
     fn fail(&mut self, keys: &[u64], msg: String) {
@@ -691,9 +769,9 @@ impl<B: Backend> Owner<B> {
         let (cached_cells, cached_entries) = (self.ledger.cached(), self.cache.len());
         let (host_bytes, host_entries) = (self.host.bytes(), self.host.len());
         let physical = match (self.state_base, self.state_sampled) {
-            // Every 100 ms while busy, and always once idle (the loop then
+            // Every second while busy (it walks every cell: ~1-4 ms at 64 slots of 512), and always once idle (the loop then
             // blocks until the next command).
-            (Some(base), t) if self.idle() || t.is_none_or(|t| t.elapsed().as_millis() >= 100) => {
+            (Some(base), t) if self.idle() || t.is_none_or(|t| t.elapsed().as_millis() >= 1000) => {
                 self.state_sampled = Some(Instant::now());
                 self.rt.state_bytes().map(|b| b.saturating_sub(base) as u64)
             }

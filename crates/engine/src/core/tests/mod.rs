@@ -335,6 +335,52 @@ fn queue_timeout_answers_and_leaves_nothing_behind() {
     assert_eq!(h.stats.borrow().requests_timed_out_in_queue, 1);
 }
 
+/// A step-time target with `target_min_prompt` bounds only the steps in
+/// which a long prompt prefills: a short prompt arriving beside decoders
+/// takes the whole budget in one step, a long one the target's share.
+#[test]
+fn step_target_applies_only_while_a_long_prompt_prefills() {
+    let mut c = config(4, 256);
+    c.target_step_ms = Some(50.0);
+    c.target_min_prompt = 200;
+    let mut h = harness(c);
+    let decoder = h.submit(4, 400, &[]);
+    h.ticks(3);
+    assert!(h.owner.seqs[0].is_decoding());
+    // Learned costs: a decode step 10 ms, a prompt token 2 ms, so a 50 ms
+    // step has room for 20 prompt tokens.
+    let prime = |o: &mut Owner<FakeBackend>| {
+        o.cost = StepCostModel::default();
+        o.cost.observe(1, 0, 10.0, 0.0);
+        o.cost.observe(1, 100, 210.0, 50.0);
+    };
+    let mut short = h.submit(150, 1, &[]);
+    prime(&mut h.owner);
+    h.ticks(1);
+    assert_eq!(
+        h.owner.limits.prompt_budget, 256,
+        "no long prompt: whole budget"
+    );
+    assert_eq!(
+        *h.owner.rt.step_sizes.last().unwrap(),
+        1 + 150,
+        "the short prompt in one step"
+    );
+    let mut long = h.submit(300, 1, &[]);
+    prime(&mut h.owner);
+    h.ticks(1);
+    assert_eq!(
+        h.owner.limits.prompt_budget, 20,
+        "a long prompt: the target's budget"
+    );
+    assert!(*h.owner.rt.step_sizes.last().unwrap() <= 1 + 20);
+    drop(decoder);
+    h.run_idle();
+    let _ = events(&mut short);
+    let _ = events(&mut long);
+    h.assert_released();
+}
+
 #[test]
 fn decoders_advance_every_step_while_a_long_prompt_prefills() {
     let mut h = harness(config(4, 16));
@@ -583,3 +629,47 @@ fn slow_reader_is_paused_then_bounded_then_ended() {
 }
 
 mod prefix;
+
+/// Many rows sampled and emitted on helper threads (`core/rows.rs`) give
+/// every request the same text, length and stop as on the owner thread
+/// alone, and release everything.
+#[test]
+fn rows_on_helper_threads_match_one_thread() {
+    let run = |threads: usize| {
+        let mut c = config(24, 1024);
+        c.max_prefill_seqs = 24;
+        c.max_waiting = 32;
+        c.sample_threads = threads;
+        let mut h = harness(c);
+        let mut rxs: Vec<_> = (0..24)
+            .map(|i| {
+                let stop: &[&str] = if i % 3 == 0 { &["7"] } else { &[] };
+                h.submit_with(5 + i, 10 + i as u32, stop, None, &format!("r{i}"))
+            })
+            .collect();
+        h.run_idle();
+        h.assert_released();
+        let sizes = h.owner.rt.step_sizes.clone();
+        let out: Vec<(String, u32, FinishReason)> = rxs
+            .iter_mut()
+            .map(|rx| {
+                let ev = events(rx);
+                let f = done(&ev);
+                (text(&ev), f.completion_tokens, f.reason)
+            })
+            .collect();
+        (out, sizes)
+    };
+    let (one, one_steps) = run(1);
+    let (four, four_steps) = run(4);
+    assert!(
+        one_steps.iter().any(|&n| n >= 16),
+        "steps wide enough for helper threads"
+    );
+    assert_eq!(one_steps, four_steps);
+    assert_eq!(one, four);
+    assert!(
+        one.iter().any(|o| o.2 == FinishReason::Stop),
+        "some stop strings hit"
+    );
+}
