@@ -50,6 +50,9 @@ pub struct EngineConfig {
     /// Derive the prompt budget from this step-time target (ms), learned
     /// from measured step costs; `prompt_budget` is then the maximum.
     pub target_step_ms: Option<f64>,
+    /// Prompt chunks of a step of two or more are cut (or padded back) to
+    /// multiples of this many tokens (0: off; see `scheduler::align_chunks`).
+    pub chunk_align: usize,
     /// The target applies only while a prompt of at least this many tokens
     /// is prefilling (0: always); other steps take the whole budget.
     pub target_min_prompt: usize,
@@ -133,6 +136,7 @@ impl EngineConfig {
             max_decode_seqs: 32,
             target_step_ms: None,
             target_min_prompt: 0,
+            chunk_align: 0,
             min_prompt_budget: 16,
             ttft_target_ms: None,
             expedite_max_tokens: 512,

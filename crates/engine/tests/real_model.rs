@@ -408,3 +408,47 @@ async fn the_offloaded_warm_up_leaves_the_engine_ready_and_every_slot_empty() {
     let (_, b) = run(&plain, request(p, 8, greedy())).await;
     assert_eq!(a.output_tokens, b.output_tokens);
 }
+
+/// Aligned prompt chunks (`--chunk-align`, the GPU default with per-slot
+/// streams): prompts started together are cut to multiples of 16 tokens
+/// and their last pieces recomputed back to 16; greedy output equals each
+/// prompt's output alone (one chunk: no alignment).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aligned_chunks_equal_solo() {
+    let h = engine_with(4, 512, |c| {
+        c.chunk_align = 16;
+        c.prefix_cache = false;
+    })
+    .await;
+    let mut prompts = Vec::new();
+    for p in &PROMPTS[..4] {
+        prompts.push(prompt_tokens(&h, p).await);
+    }
+    assert!(prompts.iter().any(|p| p.len() % 16 != 0), "uneven prompts");
+    let mut solo = Vec::new();
+    for p in &prompts {
+        solo.push(
+            run(&h, request(p.clone(), 12, greedy()))
+                .await
+                .1
+                .output_tokens,
+        );
+    }
+    let computed = h.stats().prompt_tokens_total;
+    let streams: Vec<_> = prompts
+        .iter()
+        .map(|p| h.submit(request(p.clone(), 12, greedy())).unwrap())
+        .collect();
+    for (i, s) in streams.into_iter().enumerate() {
+        let (_, f) = s.collect().await.unwrap();
+        assert_eq!(f.output_tokens, solo[i], "prompt {i}");
+    }
+    // Last pieces recomputed back to the granule: more prompt tokens
+    // computed than the prompts hold.
+    let batch = h.stats().prompt_tokens_total - computed;
+    let whole: usize = prompts.iter().map(Vec::len).sum();
+    assert!(
+        batch > whole as u64,
+        "{batch} computed for {whole} prompt tokens"
+    );
+}

@@ -119,6 +119,12 @@ struct ServeArgs {
     /// [8/8]).
     #[arg(long)]
     target_min_prompt: Option<usize>,
+    /// Cut a step's prompt chunks to multiples of this many tokens (a
+    /// prompt's last piece padded back to it by recomputing), so that
+    /// llama.cpp's equal split of per-slot KV streams makes full ubatches
+    /// (0: off). Default: 32 on a GPU with per-slot streams, else 0.
+    #[arg(long)]
+    chunk_align: Option<usize>,
     /// Smallest prompt budget the adaptive rule may choose.
     #[arg(long, default_value_t = 16)]
     min_prompt_budget: usize,
@@ -353,6 +359,9 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
     let target = a.target_step_ms.unwrap_or(if gpu { 50.0 } else { 250.0 });
     c.target_step_ms = (target > 0.0).then_some(target);
     c.target_min_prompt = a.target_min_prompt.unwrap_or(if gpu { 2048 } else { 0 });
+    c.chunk_align = a
+        .chunk_align
+        .unwrap_or(if gpu && !a.kv_unified { 32 } else { 0 });
     c.min_prompt_budget = a.min_prompt_budget.max(1);
     c.ttft_target_ms = (a.ttft_target_ms > 0.0).then_some(a.ttft_target_ms);
     c.expedite_max_tokens = a.expedite_max_tokens;

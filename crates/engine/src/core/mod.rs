@@ -503,6 +503,7 @@ impl<B: Backend> Owner<B> {
         }
         let mut plan = scheduler::plan(&views, &self.limits);
         scheduler::pad_tails(&mut plan, &views);
+        scheduler::align_chunks(&mut plan, &views, self.config.chunk_align);
         if plan.is_empty() {
             return;
         }

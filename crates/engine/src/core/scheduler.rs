@@ -169,6 +169,39 @@ pub fn pad_tails(plan: &mut Plan, seqs: &[SeqView]) {
     }
 }
 
+/// Align a step's prompt chunks to multiples of `granule` tokens (0: off;
+/// only steps of two or more chunks). With per-slot KV streams llama.cpp
+/// splits a batch equally: a ubatch takes the same number of tokens from
+/// every sequence of a run of consecutive slots, so it ends where the
+/// run's shortest chunk ends, and chunks of many different lengths in
+/// adjacent slots cost one pass over the weights per distinct length
+/// (on the H200, 43 prompts of ~150 tokens in one step: 544 ms, ~14k
+/// prompt tokens/s, where equal chunks run at ~24k). A prompt's final
+/// chunk is moved back to the next multiple of `granule` (recomputing the
+/// cells before it, as `pad_tails`) where the prompt is that long and its
+/// cells may be recomputed; any other chunk of at least `granule` tokens
+/// is cut to a multiple of it, the rest waiting for the next step (where
+/// it is a final piece, padded back). Left uneven: whole prompts shorter
+/// than `granule`.
+pub fn align_chunks(plan: &mut Plan, seqs: &[SeqView], granule: usize) {
+    if granule == 0 || plan.chunks.len() < 2 {
+        return;
+    }
+    for c in plan.chunks.iter_mut() {
+        let Some(s) = seqs.iter().find(|s| s.key == c.key) else {
+            continue;
+        };
+        let end = c.start + c.len;
+        let up = c.len.div_ceil(granule) * granule;
+        if end == s.prompt_len && s.can_pad && end >= up {
+            c.start = end - up;
+            c.len = up;
+        } else if c.len >= granule {
+            c.len -= c.len % granule;
+        }
+    }
+}
+
 /// The TTFT side of the budget. `prompts`: (key, tokens left, overdue: a
 /// short prompt that waited past the TTFT target) of prefilling sequences,
 /// oldest first. An overdue prompt (at most `max_left` tokens left) is not
@@ -408,6 +441,60 @@ mod tests {
         l.expedite = vec![2];
         let plan = plan(&seqs, &l);
         assert_eq!(plan.chunks, vec![ch(1, 0, 166 + 16), ch(2, 0, 150)]);
+    }
+
+    #[test]
+    fn align_chunks_pads_final_pieces_back_and_cuts_the_rest() {
+        let view = |key, prompt_len, computed, can_pad| SeqView {
+            key,
+            prompt_len,
+            computed,
+            decoding: false,
+            can_pad,
+        };
+        let seqs = [
+            view(1, 150, 0, true),    // fresh, whole: cut to 128
+            view(2, 150, 128, true),  // final piece of 22: back to 32
+            view(3, 300, 100, true),  // final chunk of 200: back to 224
+            view(4, 300, 100, false), // may not recompute: cut to 192
+            view(5, 20, 0, true),     // shorter than the granule: as is
+            view(6, 400, 0, true),    // budget-cut middle chunk of 70: 64
+        ];
+        let chunk = |key, start, len| Chunk { key, start, len };
+        let mut p = Plan {
+            decode: vec![9],
+            chunks: vec![
+                chunk(1, 0, 150),
+                chunk(2, 128, 22),
+                chunk(3, 100, 200),
+                chunk(4, 100, 200),
+                chunk(5, 0, 20),
+                chunk(6, 0, 70),
+            ],
+        };
+        align_chunks(&mut p, &seqs, 32);
+        assert_eq!(
+            p.chunks,
+            vec![
+                chunk(1, 0, 128),
+                chunk(2, 118, 32),
+                chunk(3, 76, 224),
+                chunk(4, 100, 192),
+                chunk(5, 0, 20),
+                chunk(6, 0, 64),
+            ]
+        );
+        // One chunk alone, or granule 0: untouched.
+        let mut one = Plan {
+            decode: vec![],
+            chunks: vec![chunk(1, 0, 150)],
+        };
+        align_chunks(&mut one, &seqs, 32);
+        assert_eq!(one.chunks, vec![chunk(1, 0, 150)]);
+        let mut off = p.clone();
+        off.chunks[0].len = 150;
+        align_chunks(&mut off, &seqs, 0);
+        assert_eq!(off.chunks[0].len, 150);
     }
 
     #[test]
