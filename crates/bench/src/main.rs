@@ -732,11 +732,23 @@ fn cmd_compare_files(a: &str, b: &str) -> anyhow::Result<i32> {
 
 fn main() {
     let cli = Cli::parse();
-    // One thread: the client must stay light next to a server on few cores.
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    // One thread on a small machine: the client must stay light next to a
+    // server on few cores. With 8 cores or more, two: a single thread that
+    // spends a few tens of ms on one request (building a 16,000-token
+    // prompt, parsing a burst) delays reading every other stream, which
+    // shows up as a server stall that is not one.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let rt = if cores >= 8 {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    };
+    let rt = match rt {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("steward-bench: error: {e}");
