@@ -445,20 +445,16 @@ mod tests {
 
     #[test]
     fn align_chunks_pads_final_pieces_back_and_cuts_the_rest() {
-        let view = |key, prompt_len, computed, can_pad| SeqView {
-            key,
-            prompt_len,
-            computed,
-            decoding: false,
-            can_pad,
-        };
         let seqs = [
-            view(1, 150, 0, true),    // fresh, whole: cut to 128
-            view(2, 150, 128, true),  // final piece of 22: back to 32
-            view(3, 300, 100, true),  // final chunk of 200: back to 224
-            view(4, 300, 100, false), // may not recompute: cut to 192
-            view(5, 20, 0, true),     // shorter than the granule: as is
-            view(6, 400, 0, true),    // budget-cut middle chunk of 70: 64
+            pre(1, 150, 0),   // fresh, whole: cut to 128
+            pre(2, 150, 128), // final piece of 22: back to 32
+            pre(3, 300, 100), // final chunk of 200: back to 224
+            SeqView {
+                can_pad: false, // may not recompute: cut to 192
+                ..pre(4, 300, 100)
+            },
+            pre(5, 20, 0),  // shorter than the granule: as is
+            pre(6, 400, 0), // budget-cut middle chunk of 70: 64
         ];
         let chunk = |key, start, len| Chunk { key, start, len };
         let mut p = Plan {
