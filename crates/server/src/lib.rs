@@ -105,10 +105,11 @@ impl AppState {
 /// absorbs megabytes of a slow reader's stream before the engine's outbox
 /// sees any back-pressure, and the slow-reader policy acts late.
 /// The listening socket: every accepted connection gets TCP_NODELAY, so a
-/// streamed token is sent at once instead of waiting, under Nagle's
-/// algorithm, for the client's (delayed) acknowledgement of the previous
-/// one: on the H200 run single streams showed ~100 ms gaps between tokens
-/// of ~50 ms steps.
+/// streamed token is sent at once instead of possibly waiting, under
+/// Nagle's algorithm, for the client's (delayed) acknowledgement of the
+/// previous one. (It did not change the H200 stall measurement: those
+/// ~110 ms gaps were tokens that complete no UTF-8 character,
+/// docs/BENCHMARKS.md [8/8].)
 pub type Listener = axum::serve::TapIo<tokio::net::TcpListener, fn(&mut tokio::net::TcpStream)>;
 
 fn no_delay(s: &mut tokio::net::TcpStream) {
