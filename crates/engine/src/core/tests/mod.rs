@@ -36,6 +36,33 @@ fn config(slots: usize, budget: usize) -> EngineConfig {
     c
 }
 
+/// A greedy request.
+fn request(
+    prompt: Vec<TokenId>,
+    max_tokens: u32,
+    stop: &[&str],
+    deadline: Option<Instant>,
+    id: &str,
+    prompt_logprobs: bool,
+) -> GenerateRequest {
+    GenerateRequest {
+        id: id.to_string(),
+        prompt,
+        max_tokens,
+        sampling: SamplingParams {
+            temperature: 0.0,
+            ..Default::default()
+        },
+        stop: stop.iter().map(|s| s.to_string()).collect(),
+        ignore_eos: false,
+        logprobs: None,
+        prompt_logprobs,
+        arrival: Instant::now(),
+        tokenized: Instant::now(),
+        deadline,
+        constraint: None,
+    }
+}
 fn harness(c: EngineConfig) -> Harness {
     let (tx, rx) = mpsc::channel(c.max_waiting);
     let (stats_tx, stats) = watch::channel(EngineStats::default());
@@ -112,24 +139,13 @@ impl Harness {
         id: &str,
         prompt_logprobs: bool,
     ) -> mpsc::Receiver<Event> {
-        let (otx, orx) = mpsc::channel(4096);
-        let req = GenerateRequest {
-            id: id.to_string(),
-            prompt,
-            max_tokens,
-            sampling: SamplingParams {
-                temperature: 0.0,
-                ..Default::default()
-            },
-            stop: stop.iter().map(|s| s.to_string()).collect(),
-            ignore_eos: false,
-            logprobs: None,
-            prompt_logprobs,
-            arrival: Instant::now(),
-            tokenized: Instant::now(),
-            deadline,
-            constraint: None,
-        };
+        let req = request(prompt, max_tokens, stop, deadline, id, prompt_logprobs);
+        self.send(req, 4096)
+    }
+
+    /// Queue `req` with an outbox of `capacity` events.
+    fn send(&mut self, req: GenerateRequest, capacity: usize) -> mpsc::Receiver<Event> {
+        let (otx, orx) = mpsc::channel(capacity);
         self.queued.fetch_add(1, Ordering::AcqRel);
         self.tx
             .try_send(Command::Submit(Box::new(Submission {
@@ -571,31 +587,7 @@ fn slow_reader_is_paused_then_bounded_then_ended() {
     c.slow_reader_timeout = Some(Duration::from_millis(50));
     let mut h = harness(c);
     // A reader whose outbox holds only 2 events and never reads.
-    let (otx, mut slow) = mpsc::channel(2);
-    let req = GenerateRequest {
-        id: "slow".into(),
-        prompt: vec![1, 2, 3],
-        max_tokens: 500,
-        sampling: SamplingParams {
-            temperature: 0.0,
-            ..Default::default()
-        },
-        stop: vec![],
-        ignore_eos: false,
-        logprobs: None,
-        prompt_logprobs: false,
-        arrival: Instant::now(),
-        tokenized: Instant::now(),
-        deadline: None,
-        constraint: None,
-    };
-    h.queued.fetch_add(1, Ordering::AcqRel);
-    h.tx.try_send(Command::Submit(Box::new(Submission {
-        req,
-        outbox: otx,
-        note: Default::default(),
-    })))
-    .unwrap();
+    let mut slow = h.send(request(vec![1, 2, 3], 500, &[], None, "slow", false), 2);
     let mut fast = h.submit(3, 60, &[]);
     for _ in 0..80 {
         h.ticks(1);

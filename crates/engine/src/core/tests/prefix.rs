@@ -58,14 +58,20 @@ fn prompt(first: TokenId, len: usize) -> Vec<TokenId> {
     (0..len as i32).map(|i| (first + i) % 60 + 1).collect()
 }
 
+/// The output of `p` run alone on a fresh owner with config `c` (the
+/// reference a cached run must match).
+fn reference(c: EngineConfig, p: &[TokenId], max_tokens: u32) -> Vec<TokenId> {
+    let mut h = harness(c);
+    let mut rx = h.submit_tokens(p, max_tokens, "ref");
+    h.run_idle();
+    done(&events(&mut rx)).output_tokens.clone()
+}
+
 #[test]
 fn a_repeated_prompt_reuses_all_but_its_last_token_with_the_same_output() {
     let p = prompt(3, 40);
     // Reference: the cache off.
-    let mut h = harness(config(2, 16));
-    let mut rx = h.submit_tokens(&p, 6, "ref");
-    h.run_idle();
-    let want = done(&events(&mut rx)).output_tokens.clone();
+    let want = reference(config(2, 16), &p, 6);
 
     let mut h = harness(cached_config(2));
     let mut a = h.submit_tokens(&p, 6, "a");
@@ -110,10 +116,7 @@ fn spilled(p: &[TokenId]) -> Harness {
 #[test]
 fn an_evicted_prefix_is_restored_from_the_host_tier_with_the_same_output() {
     let p = prompt(3, 40);
-    let mut h = harness(config(1, 16));
-    let mut rx = h.submit_tokens(&p, 6, "ref");
-    h.run_idle();
-    let want = done(&events(&mut rx)).output_tokens.clone();
+    let want = reference(config(1, 16), &p, 6);
 
     let mut h = spilled(&p);
     let st = h.stats.borrow().clone();
@@ -168,10 +171,7 @@ fn a_restore_planned_before_evictions_finds_its_entry_again() {
     let d = prompt(3, 41);
     let mut c = config(2, 16);
     c.ctx_per_seq = 256;
-    let mut h = harness(c.clone());
-    let mut rx = h.submit_tokens(&d, 200, "ref");
-    h.run_idle();
-    let want = done(&events(&mut rx)).output_tokens.clone();
+    let want = reference(c, &d, 200);
 
     let mut c = cached_config(2);
     c.ctx_per_seq = 256;
@@ -211,10 +211,7 @@ fn a_request_that_finds_no_slot_after_reserving_waits_instead_of_vanishing() {
     b1.extend(prompt(50, 20));
     let mut b2 = f[..20].to_vec();
     b2.extend(prompt(45, 20));
-    let mut h = harness(config(3, 16));
-    let mut rx = h.submit_tokens(&b2, 4, "ref");
-    h.run_idle();
-    let want = done(&events(&mut rx)).output_tokens.clone();
+    let want = reference(config(3, 16), &b2, 4);
 
     let mut h = harness(cached_config(3));
     for (p, id) in [(&f, "f"), (&e, "e")] {
