@@ -4,6 +4,7 @@
 
 use std::time::Instant;
 
+use crate::core::backend::Backend as _;
 use crate::core::sampler::argmax;
 use crate::model::{LoadedModel, RuntimeParams, StepError};
 

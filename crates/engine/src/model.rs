@@ -450,13 +450,6 @@ impl Runtime<'_> {
         Ok(idx)
     }
 
-    /// Submit the step and wait for its completion.
-    pub fn decode(&mut self) -> Result<(), StepError> {
-        let r = self.submit();
-        self.wait();
-        r
-    }
-
     /// Submit the step. llama.cpp returns once the step's graph is queued
     /// on an asynchronous device (CUDA); on the CPU it returns when the step
     /// is computed. Errors (no KV space, a bad batch) are known here.
