@@ -45,7 +45,11 @@ async fn short_run_report_has_every_field() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let state = steward_server::AppState::new(engine, None);
-    tokio::spawn(async move { axum::serve(listener, steward_server::app(state)).await });
+    tokio::spawn(steward_server::serve_forever(
+        listener,
+        state,
+        Default::default(),
+    ));
 
     let dir = std::env::temp_dir().join(format!("steward-bench-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

@@ -116,9 +116,15 @@ impl ConstraintCompiler {
         }))
         .map_err(|_| "the grammar compiler failed on this input".to_string())?
         .map_err(|e| e.to_string())?;
-        let matcher = Matcher::new(Ok(parser));
+        let mut matcher = Matcher::new(Ok(parser));
         if let Some(e) = matcher.get_error() {
             return Err(e);
+        }
+        // The first mask here, on the compile pool: a grammar too costly to
+        // mask (llguidance's per-step fuel) is refused before admission
+        // instead of failing on the owner thread.
+        if let Err(e) = matcher.compute_mask() {
+            return Err(e.to_string());
         }
         Ok(Constraint {
             matcher,

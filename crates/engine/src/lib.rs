@@ -11,6 +11,7 @@ pub mod core;
 pub mod detok;
 pub mod fetch;
 pub mod identity;
+pub mod literal;
 pub mod memory;
 pub mod model;
 pub mod prepare;
@@ -19,7 +20,7 @@ pub mod stream;
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, watch};
 
@@ -88,6 +89,14 @@ pub struct EngineConfig {
     pub slow_reader_timeout: Option<std::time::Duration>,
     pub tokenizer_threads: usize,
     pub tokenizer_queue: usize,
+    /// Grammar compiles: their own threads (a large stack each: llguidance
+    /// recurses over a schema's `$ref` chain) and bounded queue, so a slow
+    /// compile never holds up tokenization.
+    pub grammar_threads: usize,
+    pub grammar_queue: usize,
+    /// A compile that takes longer is answered 400 (the thread finishes it
+    /// and drops it; the grammar size limits bound how long that is).
+    pub grammar_timeout: Duration,
     /// Largest `max_tokens` accepted (also the default when absent, capped
     /// by the context).
     pub max_tokens_limit: u32,
@@ -158,6 +167,9 @@ impl EngineConfig {
             slow_reader_timeout: Some(std::time::Duration::from_secs(60)),
             tokenizer_threads: 1,
             tokenizer_queue: 64,
+            grammar_threads: 1,
+            grammar_queue: 16,
+            grammar_timeout: Duration::from_secs(10),
             max_tokens_limit: 4096,
             progress: false,
             memory_budget: None,
@@ -420,6 +432,21 @@ impl EngineHandle {
     }
 
     /// Wait until the warm-up step has run (or the engine died).
+    /// Resolves once the engine has failed (its owner thread panicked).
+    pub async fn wait_failed(&self) {
+        let mut w = self.shared.stats.clone();
+        loop {
+            if w.borrow_and_update().failed {
+                return;
+            }
+            if w.changed().await.is_err() {
+                // The owner is gone without saying it failed: stay pending
+                // (a normal stop ends the server by its own path).
+                return std::future::pending().await;
+            }
+        }
+    }
+
     pub async fn wait_ready(&self) -> bool {
         let mut w = self.shared.stats.clone();
         loop {

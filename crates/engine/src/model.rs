@@ -43,7 +43,7 @@ pub enum LoadError {
     Budget(String),
 }
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StepError {
     #[error("no KV cache space for this step")]
     NoKvSpace,
@@ -710,7 +710,8 @@ pub fn convert(
 ) -> Result<(), LoadError> {
     check_gguf(input)?;
     backend()?;
-    let tmp = output.with_extension("gguf.partial");
+    // Per process (concurrent first runs on a fresh cache); renamed when whole.
+    let tmp = output.with_extension(format!("gguf.partial-{}", std::process::id()));
     let cstr = |p: &Path| {
         std::ffi::CString::new(p.to_string_lossy().as_bytes())
             .map_err(|_| LoadError::NotFound(p.display().to_string()))

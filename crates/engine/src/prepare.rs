@@ -35,11 +35,20 @@ pub enum PrepareError {
         prompt: u32,
         max_tokens: u32,
     },
+    #[error("`max_tokens` is {requested}; this server allows at most {cap} (--max-tokens-limit)")]
+    MaxTokens { requested: u32, cap: u32 },
     #[error("the engine stopped")]
     Stopped,
     /// The grammar or schema does not compile; the text says why.
     #[error("{0}")]
     Grammar(String),
+    /// The grammar compiler's queue is full.
+    #[error("the grammar compiler is busy ({0} compiles waiting); retry shortly")]
+    GrammarBusy(usize),
+    /// A pool job panicked (a bug; the pool thread lives on, the request
+    /// fails alone).
+    #[error("internal error while preparing the request: {0}")]
+    Internal(String),
 }
 
 /// A chat message as the template sees it (Hugging Face conventions:
@@ -66,19 +75,97 @@ pub struct ToolSpec {
 
 type Job = Box<dyn FnOnce() + Send>;
 
+/// A fixed set of threads behind one bounded queue: a full queue is an
+/// immediate error, never a wait; a job that panics fails its own request
+/// and the thread goes on.
+struct Pool {
+    jobs: SyncSender<Job>,
+    cap: usize,
+}
+
+impl Pool {
+    fn new(name: &str, threads: usize, cap: usize, stack: Option<usize>) -> Self {
+        let cap = cap.max(1);
+        let (tx, rx) = sync_channel::<Job>(cap);
+        let rx = Arc::new(std::sync::Mutex::new(rx));
+        for i in 0..threads.max(1) {
+            let rx = rx.clone();
+            let mut b = std::thread::Builder::new().name(format!("{name}-{i}"));
+            if let Some(bytes) = stack {
+                b = b.stack_size(bytes);
+            }
+            let _ = b.spawn(move || loop {
+                let job = match rx.lock() {
+                    Ok(guard) => guard.recv(),
+                    Err(_) => return,
+                };
+                match job {
+                    Ok(job) => job(),
+                    Err(_) => return,
+                }
+            });
+        }
+        Pool { jobs: tx, cap }
+    }
+
+    /// Run `f` on the pool. `busy` is the error for a full queue. A job
+    /// whose caller has gone by the time a thread takes it is skipped.
+    async fn run<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> Result<T, PrepareError> + Send + 'static,
+        busy: PrepareError,
+    ) -> Result<T, PrepareError> {
+        let (tx, rx) = oneshot::channel::<Result<T, PrepareError>>();
+        let job: Job = Box::new(move || {
+            if tx.is_closed() {
+                return;
+            }
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|p| {
+                let what = p
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| p.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                tracing::error!(panic = %what, "a prepare job panicked; its request fails");
+                Err(PrepareError::Internal(what))
+            });
+            let _ = tx.send(r);
+        });
+        match self.jobs.try_send(job) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => return Err(busy),
+            Err(TrySendError::Disconnected(_)) => return Err(PrepareError::Stopped),
+        }
+        rx.await.map_err(|_| PrepareError::Stopped)?
+    }
+}
+
+/// Stack of a grammar-compile thread. llguidance's compiler recurses per
+/// level of a schema's `$ref` chain or a grammar's rule chain (~2.6 KB a
+/// level: 800 levels overflowed a 2 MiB stack, and a stack overflow aborts
+/// the process, which no `catch_unwind` stops). The size limits bound the
+/// depth (64 KiB of schema is under ~2,000 levels); this leaves a wide
+/// margin. Only the pages a compile touches are ever committed.
+const GRAMMAR_STACK: usize = 256 << 20;
+
 /// ChatML, used when the GGUF carries no template.
 const FALLBACK_TEMPLATE: &str = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
 pub struct Preparer {
     model: Arc<LoadedModel>,
     env: Arc<Environment<'static>>,
-    jobs: SyncSender<Job>,
-    queue_cap: usize,
+    tokenizer: Pool,
+    grammar: Pool,
+    grammar_timeout: std::time::Duration,
     bos_text: String,
     eos_text: String,
     /// The template renders `tools` itself; otherwise Steward writes them
     /// into the system message (see `inline_tools`).
     template_has_tools: bool,
+    /// Control tokens' texts: client strings that spell one are kept text.
+    specials: Arc<crate::literal::Specials>,
+    /// Bytes of the vocabulary's longest token.
+    max_token_bytes: usize,
     /// Built on first use (it walks the whole vocabulary).
     compiler: Arc<std::sync::OnceLock<Result<ConstraintCompiler, String>>>,
 }
@@ -109,51 +196,67 @@ impl Preparer {
         };
         let bos_text = text_of(model.facts.bos);
         let eos_text = text_of(model.facts.eos);
-        let cap = config.tokenizer_queue.max(1);
-        let (tx, rx) = sync_channel::<Job>(cap);
-        let rx = Arc::new(std::sync::Mutex::new(rx));
-        for i in 0..config.tokenizer_threads.max(1) {
-            let rx = rx.clone();
-            let _ = std::thread::Builder::new()
-                .name(format!("steward-tok-{i}"))
-                .spawn(move || loop {
-                    let job = match rx.lock() {
-                        Ok(guard) => guard.recv(),
-                        Err(_) => return,
-                    };
-                    match job {
-                        Ok(job) => job(),
-                        Err(_) => return,
-                    }
-                });
-        }
+        let tokenizer = Pool::new(
+            "steward-tok",
+            config.tokenizer_threads,
+            config.tokenizer_queue,
+            None,
+        );
+        let grammar = Pool::new(
+            "steward-grammar",
+            config.grammar_threads,
+            config.grammar_queue,
+            Some(GRAMMAR_STACK),
+        );
+        let max_token_bytes = model
+            .vocab
+            .token_bytes
+            .iter()
+            .map(|b| b.len())
+            .max()
+            .unwrap_or(1);
+        let specials = Arc::new(specials(&model.vocab));
         Preparer {
             model,
             env: Arc::new(env),
-            jobs: tx,
-            queue_cap: cap,
+            tokenizer,
+            grammar,
+            grammar_timeout: config.grammar_timeout,
             bos_text,
             eos_text,
             template_has_tools,
+            max_token_bytes,
+            specials,
             compiler: Arc::new(std::sync::OnceLock::new()),
         }
     }
 
-    /// Compile a grammar for one request on the pool (the first call also
-    /// builds the vocabulary's token trie).
+    /// Compile a grammar for one request on the grammar pool (the first
+    /// call also builds the vocabulary's token trie), within the compile
+    /// deadline. A caller that leaves first (client gone) drops this
+    /// future; a compile not yet started is then skipped.
     pub async fn constraint(&self, g: Grammar) -> Result<Constraint, PrepareError> {
         let model = self.model.clone();
         let compiler = self.compiler.clone();
-        self.on_pool(move || {
-            let cc = compiler
-                .get_or_init(|| ConstraintCompiler::new(&model.vocab))
-                .as_ref()
-                .map_err(|e| {
-                    PrepareError::Grammar(format!("constrained decoding is unavailable: {e}"))
-                })?;
-            cc.compile(&g).map_err(PrepareError::Grammar)
-        })
-        .await?
+        let job = self.grammar.run(
+            move || {
+                let cc = compiler
+                    .get_or_init(|| ConstraintCompiler::new(&model.vocab))
+                    .as_ref()
+                    .map_err(|e| {
+                        PrepareError::Grammar(format!("constrained decoding is unavailable: {e}"))
+                    })?;
+                cc.compile(&g).map_err(PrepareError::Grammar)
+            },
+            PrepareError::GrammarBusy(self.grammar.cap),
+        );
+        let t = self.grammar_timeout;
+        tokio::time::timeout(t, job).await.map_err(|_| {
+            PrepareError::Grammar(format!(
+                "compiling it took longer than {} s (--grammar-timeout-s)",
+                t.as_secs_f64()
+            ))
+        })?
     }
 
     /// Render the chat template (pure; runs on the pool via `chat`).
@@ -178,18 +281,10 @@ impl Preparer {
 
     async fn on_pool<T: Send + 'static>(
         &self,
-        f: impl FnOnce() -> T + Send + 'static,
+        f: impl FnOnce() -> Result<T, PrepareError> + Send + 'static,
     ) -> Result<T, PrepareError> {
-        let (tx, rx) = oneshot::channel();
-        let job: Job = Box::new(move || {
-            let _ = tx.send(f());
-        });
-        match self.jobs.try_send(job) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_)) => return Err(PrepareError::Busy(self.queue_cap)),
-            Err(TrySendError::Disconnected(_)) => return Err(PrepareError::Stopped),
-        }
-        rx.await.map_err(|_| PrepareError::Stopped)
+        let busy = PrepareError::Busy(self.tokenizer.cap);
+        self.tokenizer.run(f, busy).await
     }
 
     /// Template + tokenize a chat on the pool.
@@ -202,14 +297,22 @@ impl Preparer {
         let model = self.model.clone();
         let (bos, eos) = (self.bos_text.clone(), self.eos_text.clone());
         let native = self.template_has_tools;
+        let specials = self.specials.clone();
         self.on_pool(move || {
+            let mut lits = crate::literal::Literals::default();
+            let (messages, tools) = protect(&mut lits, &specials, messages, tools)
+                .map_err(|e| PrepareError::Template(e.to_string()))?;
             let (messages, tools) = tool_messages(native, &messages, tools.as_ref());
             let text = render(&env, &messages, tools, &bos, &eos)?;
-            // The template writes BOS itself when the model wants one.
-            let toks = model.tokenize(&text, false, true);
+            // The template writes BOS itself when the model wants one; only
+            // its own markup is parsed for special tokens.
+            let mut toks = Vec::new();
+            for (piece, special) in lits.split(&text) {
+                toks.extend(model.tokenize(piece, false, special));
+            }
             nonempty(toks)
         })
-        .await?
+        .await
     }
 
     /// Tokenize a raw completion prompt on the pool (BOS added when the model
@@ -221,11 +324,26 @@ impl Preparer {
             let add_bos = model.facts.add_bos;
             nonempty(model.tokenize(&text, add_bos, true))
         })
-        .await?
+        .await
     }
 
     pub fn n_vocab(&self) -> usize {
         self.model.facts.n_vocab
+    }
+
+    /// Refuse text that cannot fit the context whatever it tokenizes to
+    /// (each token covers at most the vocabulary's longest token of text),
+    /// before the template and tokenizer spend time on it.
+    pub fn check_text_fits(&self, bytes: usize, ctx_limit: u32) -> Result<(), PrepareError> {
+        let least = bytes / self.max_token_bytes.max(1);
+        if least >= ctx_limit as usize {
+            return Err(PrepareError::ContextLength {
+                limit: ctx_limit,
+                prompt: least.min(u32::MAX as usize) as u32,
+                max_tokens: 0,
+            });
+        }
+        Ok(())
     }
 
     /// Check prompt + completion against the context limit and resolve
@@ -238,6 +356,9 @@ impl Preparer {
     ) -> Result<u32, PrepareError> {
         let prompt = prompt_len as u32;
         let room = ctx_limit.saturating_sub(prompt);
+        if let Some(r) = requested.filter(|&r| r > cap) {
+            return Err(PrepareError::MaxTokens { requested: r, cap });
+        }
         let max_tokens = requested.unwrap_or_else(|| room.min(cap));
         if prompt >= ctx_limit || max_tokens > room || max_tokens == 0 && room == 0 {
             return Err(PrepareError::ContextLength {
@@ -248,6 +369,52 @@ impl Preparer {
         }
         Ok(max_tokens)
     }
+}
+
+/// The texts of the vocabulary's control tokens (those with no plain-text
+/// bytes of their own).
+fn specials(v: &crate::model::Vocab) -> crate::literal::Specials {
+    crate::literal::Specials::new(
+        v.token_bytes
+            .iter()
+            .zip(&v.token_text_special)
+            .filter(|(b, s)| b.is_empty() && !s.is_empty())
+            .map(|(_, s)| String::from_utf8_lossy(s).into_owned()),
+    )
+}
+
+/// Every client string of a chat, with special-token texts replaced by
+/// placeholders (`literal`).
+fn protect(
+    lits: &mut crate::literal::Literals,
+    sp: &crate::literal::Specials,
+    messages: Vec<TemplateMessage>,
+    tools: Option<ToolSpec>,
+) -> Result<(Vec<TemplateMessage>, Option<ToolSpec>), crate::literal::TooMany> {
+    let mut out = Vec::with_capacity(messages.len());
+    for m in messages {
+        out.push(TemplateMessage {
+            role: m.role,
+            content: lits.protect(&m.content, sp)?,
+            tool_calls: match m.tool_calls {
+                Some(c) => Some(
+                    c.iter()
+                        .map(|v| lits.protect_json(v, sp))
+                        .collect::<Result<_, _>>()?,
+                ),
+                None => None,
+            },
+            tool_call_id: m.tool_call_id.map(|t| lits.protect(&t, sp)).transpose()?,
+            name: m.name.map(|t| lits.protect(&t, sp)).transpose()?,
+        });
+    }
+    let tools = match tools {
+        Some(t) => Some(ToolSpec {
+            tools: lits.protect_json(&t.tools, sp)?,
+        }),
+        None => None,
+    };
+    Ok((out, tools))
 }
 
 fn nonempty(t: Vec<TokenId>) -> Result<Vec<TokenId>, PrepareError> {
@@ -385,6 +552,14 @@ mod tests {
             Err(PrepareError::ContextLength { .. })
         ));
         assert!(Preparer::resolve_max_tokens(100, None, 100, 50).is_err());
+        // An explicit max_tokens above the cap is refused, not generated.
+        assert_eq!(
+            Preparer::resolve_max_tokens(10, Some(51), 100, 50),
+            Err(PrepareError::MaxTokens {
+                requested: 51,
+                cap: 50
+            })
+        );
     }
 
     #[test]

@@ -71,6 +71,9 @@ pub struct LiveRequest {
 pub struct EngineStats {
     pub ready: bool,
     pub stopped: bool,
+    /// The owner thread panicked: the engine is gone and the process should
+    /// end (`/health` answers 503, `serve` exits non-zero).
+    pub failed: bool,
     pub draining: bool,
     pub load_ms: f64,
     pub warmup_ms: f64,

@@ -88,6 +88,42 @@ impl ApiError {
         }
     }
 
+    pub fn unsupported_media_type() -> Self {
+        ApiError {
+            status: StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            message: "POST bodies must be JSON: send `content-type: application/json`".into(),
+            kind: "invalid_request_error",
+            param: None,
+            code: "unsupported_media_type",
+            retry_after: None,
+        }
+    }
+
+    pub fn body_too_large(cap: usize) -> Self {
+        ApiError {
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            message: format!("the request body is larger than {cap} bytes (--max-body-bytes)"),
+            kind: "invalid_request_error",
+            param: None,
+            code: "request_too_large",
+            retry_after: None,
+        }
+    }
+
+    pub fn body_timeout(t: std::time::Duration) -> Self {
+        ApiError {
+            status: StatusCode::REQUEST_TIMEOUT,
+            message: format!(
+                "the request body did not arrive within {} s (--body-timeout-s)",
+                t.as_secs_f64()
+            ),
+            kind: "invalid_request_error",
+            param: None,
+            code: "body_timeout",
+            retry_after: None,
+        }
+    }
+
     fn overloaded(status: StatusCode, message: String, code: &'static str) -> Self {
         ApiError {
             status,
@@ -135,6 +171,7 @@ impl From<PrepareError> for ApiError {
                 ..Self::invalid(e.to_string(), Some("messages"))
             },
             PrepareError::EmptyPrompt => Self::invalid(e.to_string(), Some("prompt")),
+            PrepareError::MaxTokens { .. } => Self::invalid_value(e.to_string(), "max_tokens"),
             PrepareError::Template(_) => ApiError {
                 code: "template_error",
                 ..Self::invalid(e.to_string(), Some("messages"))
@@ -144,6 +181,12 @@ impl From<PrepareError> for ApiError {
                 e.to_string(),
                 "engine_stopped",
             ),
+            PrepareError::GrammarBusy(_) => Self::overloaded(
+                StatusCode::SERVICE_UNAVAILABLE,
+                e.to_string(),
+                "grammar_busy",
+            ),
+            PrepareError::Internal(_) => Self::internal(e.to_string()),
             PrepareError::Grammar(m) => ApiError {
                 code: "invalid_grammar",
                 ..Self::invalid(format!("the grammar does not compile: {m}"), None)

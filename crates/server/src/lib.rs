@@ -7,7 +7,9 @@
 //! events as JSON or SSE. Dropping the response body (client gone) drops the
 //! `RequestStream`, which the engine treats as a cancellation.
 
+pub mod conn;
 pub mod error;
+pub mod limits;
 pub mod logprobs;
 pub mod metrics;
 mod reply;
@@ -43,7 +45,41 @@ pub struct AppState {
     pub sse_keepalive: std::time::Duration,
     /// Longest any request may take, end to end (None: no limit).
     pub request_timeout: Option<std::time::Duration>,
+    /// What a request may ask for.
+    pub limits: limits::Limits,
+    /// Longest a request body may take to arrive.
+    pub body_timeout: std::time::Duration,
+    /// Origins allowed to call from a browser (CORS); empty: none.
+    pub cors_origins: Vec<String>,
+    /// Open connections (`conn::serve` keeps them).
+    pub conns: Arc<conn::ConnStats>,
     next_seq: AtomicU64,
+}
+
+/// How the HTTP layer treats requests (`steward serve` flags).
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    pub api_key: Option<String>,
+    pub sse_keepalive: std::time::Duration,
+    pub request_timeout: Option<std::time::Duration>,
+    pub limits: limits::Limits,
+    /// `--body-timeout-s`.
+    pub body_timeout: std::time::Duration,
+    /// `--cors-origin` (repeatable; `*` allows any origin).
+    pub cors_origins: Vec<String>,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions {
+            api_key: None,
+            sse_keepalive: std::time::Duration::from_secs(5),
+            request_timeout: None,
+            limits: limits::Limits::default(),
+            body_timeout: std::time::Duration::from_secs(30),
+            cors_origins: Vec::new(),
+        }
+    }
 }
 
 impl AppState {
@@ -67,12 +103,25 @@ impl AppState {
         sse_keepalive: std::time::Duration,
         request_timeout: Option<std::time::Duration>,
     ) -> Arc<Self> {
-        Arc::new(AppState {
-            engine: std::sync::OnceLock::new(),
-            api_key: api_key.filter(|k| !k.is_empty()),
-            metrics: metrics::HttpMetrics::default(),
+        Self::with_options(ServerOptions {
+            api_key,
             sse_keepalive,
             request_timeout,
+            ..Default::default()
+        })
+    }
+
+    pub fn with_options(o: ServerOptions) -> Arc<Self> {
+        Arc::new(AppState {
+            engine: std::sync::OnceLock::new(),
+            api_key: o.api_key.filter(|k| !k.is_empty()),
+            metrics: metrics::HttpMetrics::default(),
+            sse_keepalive: o.sse_keepalive,
+            request_timeout: o.request_timeout,
+            limits: o.limits,
+            body_timeout: o.body_timeout,
+            cors_origins: o.cors_origins,
+            conns: Arc::default(),
             next_seq: AtomicU64::new(1),
         })
     }
@@ -100,23 +149,12 @@ impl AppState {
 /// Bind the listening socket. `send_buffer` caps each connection's kernel
 /// send buffer (accepted sockets inherit it): without a cap the kernel
 /// absorbs megabytes of a slow reader's stream before the engine's outbox
-/// sees any back-pressure, and the slow-reader policy acts late.
-/// The listening socket: every accepted connection gets TCP_NODELAY, so a
-/// streamed token is sent at once instead of possibly waiting, under
-/// Nagle's algorithm, for the client's (delayed) acknowledgement of the
-/// previous one. (It did not change the H200 stall measurement: those
-/// ~110 ms gaps were tokens that complete no UTF-8 character,
-/// docs/BENCHMARKS.md [8/8].)
-pub type Listener = axum::serve::TapIo<tokio::net::TcpListener, fn(&mut tokio::net::TcpStream)>;
-
-fn no_delay(s: &mut tokio::net::TcpStream) {
-    if let Err(e) = s.set_nodelay(true) {
-        tracing::debug!(error = %e, "TCP_NODELAY not set");
-    }
-}
-
-pub fn bind(addr: std::net::SocketAddr, send_buffer: Option<u32>) -> std::io::Result<Listener> {
-    use axum::serve::ListenerExt;
+/// sees any back-pressure, and the slow-reader policy acts late. Serve it
+/// with `conn::serve` (connection limits, timeouts, TCP_NODELAY).
+pub fn bind(
+    addr: std::net::SocketAddr,
+    send_buffer: Option<u32>,
+) -> std::io::Result<tokio::net::TcpListener> {
     let sock = if addr.is_ipv4() {
         tokio::net::TcpSocket::new_v4()?
     } else {
@@ -127,8 +165,25 @@ pub fn bind(addr: std::net::SocketAddr, send_buffer: Option<u32>) -> std::io::Re
         sock.set_send_buffer_size(n)?;
     }
     sock.bind(addr)?;
-    let tap: fn(&mut tokio::net::TcpStream) = no_delay;
-    Ok(sock.listen(1024)?.tap_io(tap))
+    sock.listen(1024)
+}
+
+/// Serve `state`'s router on `listener` with `limits` until the process
+/// ends (tests, and anything embedding the server without a shutdown).
+pub async fn serve_forever(
+    listener: tokio::net::TcpListener,
+    state: Arc<AppState>,
+    limits: conn::ConnLimits,
+) {
+    let app = app(state.clone());
+    conn::serve(
+        listener,
+        app,
+        limits,
+        state.conns.clone(),
+        std::future::pending(),
+    )
+    .await
 }
 
 /// The router. `/health` and `/ready` answer without the API key and without
@@ -142,13 +197,120 @@ pub fn app(state: Shared) -> Router {
         .route("/debug/ledger", get(debug_ledger))
         .route("/debug/requests", get(debug_requests))
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), auth));
-    Router::new()
-        .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
+    let cors = cors_layer(&state.cors_origins);
+    let router = Router::new()
+        .route("/health", get(health))
         .route("/ready", get(ready))
         .merge(api)
         .fallback(|req: Request| async move { ApiError::not_found(req.uri().path()) })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
-        .with_state(state)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            read_body,
+        ))
+        .layer(axum::extract::DefaultBodyLimit::disable())
+        .with_state(state);
+    match cors {
+        Some(c) => router.layer(c),
+        None => router,
+    }
+}
+
+/// CORS is off unless `--cors-origin` names origins: a web page on another
+/// origin then cannot read any answer (and, with the JSON content type
+/// required on POST, cannot send a request without a preflight, which is
+/// refused).
+fn cors_layer(origins: &[String]) -> Option<tower_http::cors::CorsLayer> {
+    use axum::http::{header, Method};
+    use tower_http::cors::{AllowOrigin, CorsLayer};
+    if origins.is_empty() {
+        return None;
+    }
+    let allow = if origins.iter().any(|o| o == "*") {
+        AllowOrigin::any()
+    } else {
+        AllowOrigin::list(
+            origins
+                .iter()
+                .filter_map(|o| HeaderValue::from_str(o).ok())
+                .collect::<Vec<_>>(),
+        )
+    };
+    Some(
+        CorsLayer::new()
+            .allow_origin(allow)
+            .allow_methods([Method::GET, Method::POST])
+            .allow_headers([
+                header::AUTHORIZATION,
+                header::CONTENT_TYPE,
+                header::HeaderName::from_static("x-request-id"),
+            ])
+            .expose_headers([header::HeaderName::from_static("x-request-id")]),
+    )
+}
+
+/// Every POST body: JSON content type (415 otherwise), at most
+/// `--max-body-bytes` (413), arrived within `--body-timeout-s` (408), all
+/// answered in the API's error shape. The handler gets the whole body.
+async fn read_body(State(s): State<Shared>, req: Request, next: Next) -> Response {
+    if req.method() != axum::http::Method::POST {
+        return next.run(req).await;
+    }
+    let refuse = |e: ApiError| {
+        s.metrics.record_status(e.status.as_u16());
+        s.metrics.record_failure(e.code);
+        e.into_response()
+    };
+    let json = req
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"));
+    if !json {
+        return refuse(ApiError::unsupported_media_type());
+    }
+    let cap = s.limits.max_body_bytes;
+    let declared = req
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > cap as u64) {
+        return refuse(ApiError::body_too_large(cap));
+    }
+    let (parts, body) = req.into_parts();
+    let read = axum::body::to_bytes(body, cap);
+    let bytes = match tokio::time::timeout(s.body_timeout, read).await {
+        Err(_) => return refuse(ApiError::body_timeout(s.body_timeout)),
+        Ok(Err(e)) => {
+            // The only errors: over the cap, or the client went away.
+            let too_large = std::error::Error::source(&e)
+                .is_some_and(|c| c.is::<http_body_util::LengthLimitError>());
+            return refuse(if too_large {
+                ApiError::body_too_large(cap)
+            } else {
+                ApiError::invalid("the request body could not be read", None)
+            });
+        }
+        Ok(Ok(b)) => b,
+    };
+    next.run(Request::from_parts(parts, axum::body::Body::from(bytes)))
+        .await
+}
+
+/// Liveness: 200 while the engine can serve, 503 once it has failed (a
+/// panic on the owner thread): an orchestrator then restarts the process,
+/// which `serve` also ends itself.
+async fn health(State(s): State<Shared>) -> Response {
+    match s.engine() {
+        Some(e) if e.stats().failed => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"status": "failed"})),
+        )
+            .into_response(),
+        _ => Json(json!({"status": "ok"})).into_response(),
+    }
 }
 
 fn ct_eq(a: &[u8], b: &[u8]) -> bool {
@@ -305,8 +467,10 @@ async fn run(
 ) -> Result<Response, ApiError> {
     let engine = s.eng()?;
     let (spec, input) = match api {
-        Api::Chat => validate::chat(&body, seq)?,
-        Api::Completion => validate::completion(&body, seq, engine.preparer().n_vocab())?,
+        Api::Chat => validate::chat(&body, seq, &s.limits)?,
+        Api::Completion => {
+            validate::completion(&body, seq, engine.preparer().n_vocab(), &s.limits)?
+        }
     };
     let n_vocab = engine.preparer().n_vocab();
     if let Some(&(t, _)) = spec
@@ -333,6 +497,17 @@ async fn run(
             "echo",
         ));
     }
+    // Text certainly longer than the context is refused before the template
+    // and the tokenizer spend time on it (a token covers at most the
+    // vocabulary's longest token of text).
+    let text_bytes = match &input {
+        PromptInput::Chat(m) => m.iter().map(|m| m.content.len()).sum(),
+        PromptInput::Text(t) => t.len(),
+        PromptInput::Tokens(_) => 0,
+    };
+    engine
+        .preparer()
+        .check_text_fits(text_bytes, engine.context_limit())?;
     let mut echo_text = None;
     let prompt = match input {
         PromptInput::Chat(m) => {
@@ -369,6 +544,12 @@ async fn run(
         engine.context_limit(),
         engine.config().max_tokens_limit,
     )?;
+    let lp_tokens = if score_prompt {
+        prompt.len() as u64 + u64::from(max_tokens)
+    } else {
+        u64::from(max_tokens)
+    };
+    validate::check_logprob_volume(&spec, lp_tokens, &s.limits)?;
     let mut constraint = match &spec.grammar {
         None => None,
         Some((g, param)) => Some(engine.preparer().constraint(g.clone()).await.map_err(
@@ -384,10 +565,12 @@ async fn run(
     let deadline = {
         let asked = ctx_timeout(&spec);
         let limit = s.request_timeout;
-        match (asked, limit) {
-            (Some(a), Some(l)) => Some(arrival + a.min(l)),
-            (a, l) => a.or(l).map(|d| arrival + d),
-        }
+        let d = match (asked, limit) {
+            (Some(a), Some(l)) => Some(a.min(l)),
+            (a, l) => a.or(l),
+        };
+        // A deadline past what `Instant` can hold is no deadline.
+        d.and_then(|d| arrival.checked_add(d))
     };
     // One sequence per choice: the same prompt (computed once and shared
     // through the prefix cache), its own RNG stream (seed + index), its own
@@ -433,14 +616,18 @@ async fn run(
         echo_text,
         first_prompt_token,
     };
-    // Wait for admission (or a queue timeout, which is then a real 503).
-    let mut firsts = Vec::with_capacity(streams.len());
-    for st in streams.iter_mut() {
-        firsts.push(match st.next().await {
+    // Wait for the first choice's admission (or a queue timeout, which is
+    // then a real 503). Only the first: with fewer free slots than `n` the
+    // later choices are admitted as earlier ones finish, which needs their
+    // output read meanwhile (waiting for every admission first deadlocked
+    // until the slow-reader timeout).
+    let mut firsts = vec![None; streams.len()];
+    if let Some(st) = streams.first_mut() {
+        firsts[0] = match st.next().await {
             Some(Event::Admitted) => None,
             Some(Event::Error(e)) => return Err(ApiError::from(e)),
             other => other,
-        });
+        };
     }
     if ctx.spec.stream {
         s.metrics.record_status(200);
@@ -463,21 +650,5 @@ async fn run(
         s.metrics
             .observe_first_text(ctx.arrival.elapsed().as_secs_f64());
         Ok(Json(ctx.full_response(results)).into_response())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    /// Streamed tokens are small writes: every accepted connection must
-    /// have Nagle's algorithm off.
-    #[tokio::test]
-    async fn accepted_connections_have_tcp_nodelay() {
-        use axum::serve::Listener as _;
-        let mut l = super::bind("127.0.0.1:0".parse().unwrap(), None).unwrap();
-        let addr = l.local_addr().unwrap();
-        let client = tokio::spawn(tokio::net::TcpStream::connect(addr));
-        let (server_side, _) = l.accept().await;
-        assert!(server_side.nodelay().unwrap());
-        drop(client.await.unwrap().unwrap());
     }
 }

@@ -236,6 +236,86 @@ struct ServeArgs {
     /// Shortest prefix (tokens) the host tier saves or restores.
     #[arg(long, default_value_t = 128)]
     prefix_host_min: usize,
+    #[command(flatten)]
+    limits: LimitArgs,
+}
+
+/// What one client may ask for and hold (docs/LIMITS.md).
+#[derive(Args)]
+struct LimitArgs {
+    /// Largest request body, bytes (413 past it).
+    #[arg(long, default_value_t = 2 << 20)]
+    max_body_bytes: usize,
+    /// Most `messages` in a chat request.
+    #[arg(long, default_value_t = 1024)]
+    max_messages: usize,
+    /// Most `tools` in a chat request.
+    #[arg(long, default_value_t = 128)]
+    max_tools: usize,
+    /// Most `stop` sequences.
+    #[arg(long, default_value_t = 4)]
+    max_stop: usize,
+    /// Longest `stop` sequence, bytes.
+    #[arg(long, default_value_t = 256)]
+    max_stop_bytes: usize,
+    /// Largest grammar or JSON schema (`grammar`, `response_format`, a
+    /// forced tool call's schemas), bytes.
+    #[arg(long, default_value_t = 64 << 10)]
+    max_grammar_bytes: usize,
+    /// Deepest nesting of a JSON schema.
+    #[arg(long, default_value_t = 32)]
+    max_schema_depth: usize,
+    /// Most choices (`n`) per request.
+    #[arg(long, default_value_t = 16)]
+    max_n: u32,
+    /// Most logprob values in one non-streamed response (choices x tokens x
+    /// (1 + top_logprobs)).
+    #[arg(long, default_value_t = 1 << 20)]
+    max_logprob_entries: u64,
+    /// Threads compiling grammars (each with a 256 MiB stack reservation).
+    #[arg(long, default_value_t = 1)]
+    grammar_threads: usize,
+    /// Grammar compiles allowed to wait; more get 503.
+    #[arg(long, default_value_t = 16)]
+    grammar_queue: usize,
+    /// Longest a grammar compile may take before the request gets a 400.
+    #[arg(long, default_value_t = 10.0)]
+    grammar_timeout_s: f64,
+    /// Most open connections; more are answered 503 and closed.
+    #[arg(long, default_value_t = 1024)]
+    max_connections: usize,
+    /// A request's line and headers must arrive within this, seconds.
+    #[arg(long, default_value_t = 10.0)]
+    header_timeout_s: f64,
+    /// A request's body must arrive within this, seconds (408 past it).
+    #[arg(long, default_value_t = 30.0)]
+    body_timeout_s: f64,
+    /// A connection with no request in flight and no traffic for this long
+    /// is closed, seconds.
+    #[arg(long, default_value_t = 60.0)]
+    idle_timeout_s: f64,
+    /// Allow browser pages from this origin (CORS; repeatable; `*` for
+    /// any). Default: none.
+    #[arg(long)]
+    cors_origin: Vec<String>,
+}
+
+/// A flag in seconds: 0 or less is `None` (off); a value no `Duration`
+/// holds is an error, not a panic.
+fn secs(x: f64, flag: &str) -> anyhow::Result<Option<Duration>> {
+    if x.is_nan() {
+        anyhow::bail!("--{flag} must be a number of seconds");
+    }
+    if x <= 0.0 {
+        return Ok(None);
+    }
+    Duration::try_from_secs_f64(x)
+        .map(Some)
+        .map_err(|_| anyhow::anyhow!("--{flag} {x} is out of range"))
+}
+
+fn secs_on(x: f64, flag: &str) -> anyhow::Result<Duration> {
+    secs(x, flag)?.ok_or_else(|| anyhow::anyhow!("--{flag} must be above 0"))
 }
 
 #[derive(Args)]
@@ -366,17 +446,47 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
     c.ttft_target_ms = (a.ttft_target_ms > 0.0).then_some(a.ttft_target_ms);
     c.expedite_max_tokens = a.expedite_max_tokens;
     c.expedite_max_seqs = a.expedite_max_seqs.max(1);
-    c.queue_timeout = (a.queue_timeout_s > 0.0).then(|| Duration::from_secs_f64(a.queue_timeout_s));
+    c.queue_timeout = secs(a.queue_timeout_s, "queue-timeout-s")?;
     c.max_lag_tokens = a.max_lag_tokens.max(1);
     c.slow_reader = match a.slow_reader.as_str() {
         "pause" => steward_engine::SlowReaderPolicy::Pause,
         "terminate" => steward_engine::SlowReaderPolicy::Terminate,
         other => anyhow::bail!("--slow-reader must be pause or terminate, not {other}"),
     };
-    c.slow_reader_timeout =
-        (a.slow_reader_timeout_s > 0.0).then(|| Duration::from_secs_f64(a.slow_reader_timeout_s));
-    let request_timeout =
-        (a.request_timeout_s > 0.0).then(|| Duration::from_secs_f64(a.request_timeout_s));
+    c.slow_reader_timeout = secs(a.slow_reader_timeout_s, "slow-reader-timeout-s")?;
+    let request_timeout = secs(a.request_timeout_s, "request-timeout-s")?;
+    let l = &a.limits;
+    c.grammar_threads = l.grammar_threads.max(1);
+    c.grammar_queue = l.grammar_queue.max(1);
+    c.grammar_timeout = secs_on(l.grammar_timeout_s, "grammar-timeout-s")?;
+    let options = steward_server::ServerOptions {
+        api_key: a.api_key.clone(),
+        sse_keepalive: secs_on(a.sse_keepalive_s.max(0.05), "sse-keepalive-s")?,
+        request_timeout,
+        limits: steward_server::limits::Limits {
+            max_body_bytes: l.max_body_bytes.max(1),
+            max_messages: l.max_messages.max(1),
+            max_tools: l.max_tools,
+            max_stop: l.max_stop,
+            max_stop_bytes: l.max_stop_bytes.max(1),
+            max_grammar_bytes: l.max_grammar_bytes,
+            max_schema_depth: l.max_schema_depth,
+            max_n: l.max_n.max(1),
+            max_logprob_entries: l.max_logprob_entries,
+            max_timeout_s: 86_400.0 * 365.0,
+        },
+        body_timeout: secs_on(l.body_timeout_s, "body-timeout-s")?,
+        cors_origins: l.cors_origin.clone(),
+    };
+    let grace = secs(a.drain_timeout_s, "drain-timeout-s")?.unwrap_or_default();
+    let conn_limits = steward_server::conn::ConnLimits {
+        max_connections: l.max_connections.max(1),
+        header_timeout: secs_on(l.header_timeout_s, "header-timeout-s")?,
+        idle_timeout: secs_on(l.idle_timeout_s, "idle-timeout-s")?,
+        // Shutdown ends within --drain-timeout-s: the engine's drain gets
+        // the time but this, open responses this to finish.
+        close_grace: grace.min(Duration::from_secs(1)),
+    };
     c.n_threads = threads(a.model.threads);
     c.n_threads_batch = c.n_threads;
     c.n_ubatch = a.ubatch.max(1);
@@ -415,22 +525,22 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
         let sndbuf = (a.tcp_send_buffer > 0).then_some(a.tcp_send_buffer);
         let listener = steward_server::bind(addr, sndbuf)
             .with_context(|| format!("cannot listen on {addr}"))?;
-        let keepalive = Duration::from_secs_f64(a.sse_keepalive_s.max(0.05));
         // Serve at once: /health answers and /ready says "loading" while the
         // model loads and warms up.
-        let state = steward_server::AppState::loading(a.api_key, keepalive, request_timeout);
+        let state = steward_server::AppState::with_options(options);
         let app = steward_server::app(state.clone());
-        let grace = Duration::from_secs_f64(a.drain_timeout_s.max(0.0));
         let drained = state.clone();
+        let engine_grace = grace.saturating_sub(conn_limits.close_grace);
+        let conns = state.conns.clone();
         let server = tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async move {
-                    shutdown_signal().await;
-                    if let Some(engine) = drained.engine() {
-                        drain(engine, grace).await;
-                    }
-                })
-                .await
+            steward_server::conn::serve(listener, app, conn_limits, conns, async move {
+                shutdown_signal().await;
+                if let Some(engine) = drained.engine() {
+                    drain(engine, engine_grace).await;
+                }
+            })
+            .await;
+            anyhow::Ok(())
         });
         let engine = match tokio::task::spawn_blocking(move || Engine::start(c)).await? {
             Ok(e) => e,
@@ -452,7 +562,15 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
                     server.abort();
                     anyhow::bail!("the engine stopped during its warm-up step (its error is logged above)");
                 }
-                server.await??;
+                tokio::select! {
+                    r = &mut server => r??,
+                    _ = warm.wait_failed() => {
+                        // Not restarted in-process: the owner's state is
+                        // unknown. Unready and unhealthy already; exit so
+                        // an orchestrator restarts a clean process.
+                        anyhow::bail!("the engine thread panicked (logged above); exiting");
+                    }
+                }
             }
         }
         // Free the llama context (and its device buffers) before the process

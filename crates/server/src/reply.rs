@@ -50,7 +50,10 @@ pub(crate) async fn collect(
 }
 
 pub(crate) fn ctx_timeout(spec: &GenSpec) -> Option<std::time::Duration> {
-    spec.timeout_s.map(std::time::Duration::from_secs_f64)
+    // Validated finite and positive; `try_` in case a limit is raised past
+    // what a `Duration` holds.
+    spec.timeout_s
+        .and_then(|t| std::time::Duration::try_from_secs_f64(t).ok())
 }
 
 pub(crate) struct ReplyCtx {

@@ -12,6 +12,7 @@ use steward_protocol::{
 };
 
 use crate::error::ApiError;
+pub use crate::limits::{check_grammar, check_logprob_volume, Limits};
 use crate::tools::{self, ToolPlan};
 
 /// Settings shared by both endpoints, checked.
@@ -38,9 +39,6 @@ pub struct GenSpec {
     /// Chat tools in play (`None`: none given or `tool_choice: "none"`).
     pub tools: Option<ToolPlan>,
 }
-
-/// Most choices one request may ask for.
-pub const MAX_N: i64 = 16;
 
 pub enum PromptInput {
     Chat(Vec<TemplateMessage>),
@@ -79,13 +77,18 @@ fn range(v: Option<f64>, name: &str, lo: f64, hi: f64, default: f64) -> Result<f
     }
 }
 
-fn fields(s: SamplingFields, request_seq: u64, completions: bool) -> Result<GenSpec, ApiError> {
+fn fields(
+    s: SamplingFields,
+    request_seq: u64,
+    completions: bool,
+    l: &Limits,
+) -> Result<GenSpec, ApiError> {
     let n = match s.n {
         None => 1,
-        Some(n) if (1..=MAX_N).contains(&n) => n as u32,
+        Some(n) if (1..=i64::from(l.max_n)).contains(&n) => n as u32,
         Some(n) => {
             return Err(ApiError::invalid_value(
-                format!("`n` must be between 1 and {MAX_N}; got {n}"),
+                format!("`n` must be between 1 and {}; got {n}", l.max_n),
                 "n",
             ))
         }
@@ -193,9 +196,23 @@ fn fields(s: SamplingFields, request_seq: u64, completions: bool) -> Result<GenS
         }
     };
     let stop = s.stop.map(|s| s.into_vec()).unwrap_or_default();
-    if stop.len() > 4 {
+    if stop.len() > l.max_stop {
         return Err(ApiError::invalid_value(
-            format!("`stop` takes at most 4 sequences; got {}", stop.len()),
+            format!(
+                "`stop` takes at most {} sequences; got {}",
+                l.max_stop,
+                stop.len()
+            ),
+            "stop",
+        ));
+    }
+    if let Some(long) = stop.iter().find(|s| s.len() > l.max_stop_bytes) {
+        return Err(ApiError::invalid_value(
+            format!(
+                "a `stop` sequence is {} bytes; the limit is {} (--max-stop-bytes)",
+                long.len(),
+                l.max_stop_bytes
+            ),
             "stop",
         ));
     }
@@ -230,10 +247,13 @@ fn fields(s: SamplingFields, request_seq: u64, completions: bool) -> Result<GenS
         ignore_eos: s.ignore_eos,
         timeout_s: match s.timeout {
             None => None,
-            Some(t) if t > 0.0 && t.is_finite() => Some(t),
+            Some(t) if t > 0.0 && t <= l.max_timeout_s => Some(t),
             Some(t) => {
                 return Err(ApiError::invalid_value(
-                    format!("`timeout` must be a positive number of seconds; got {t}"),
+                    format!(
+                        "`timeout` must be a number of seconds above 0 and at most {}; got {t}",
+                        l.max_timeout_s
+                    ),
                     "timeout",
                 ))
             }
@@ -363,14 +383,35 @@ fn fresh_seed(request_seq: u64) -> u64 {
     h.finish()
 }
 
-pub fn chat(body: &[u8], seq: u64) -> Result<(GenSpec, PromptInput), ApiError> {
+pub fn chat(body: &[u8], seq: u64, l: &Limits) -> Result<(GenSpec, PromptInput), ApiError> {
     let r: ChatCompletionRequest = parse_json(body)?;
+    if let Some(n) = r.tools.as_ref().and_then(Value::as_array).map(Vec::len) {
+        if n > l.max_tools {
+            return Err(ApiError::invalid_value(
+                format!(
+                    "`tools` has {n} entries; the limit is {} (--max-tools)",
+                    l.max_tools
+                ),
+                "tools",
+            ));
+        }
+    }
     let plan = tools::plan(r.tools, r.tool_choice, r.parallel_tool_calls)?;
     let format = response_format(r.response_format)?;
     if r.messages.is_empty() {
         return Err(ApiError::invalid(
             "`messages` must contain at least one message",
             Some("messages"),
+        ));
+    }
+    if r.messages.len() > l.max_messages {
+        return Err(ApiError::invalid_value(
+            format!(
+                "`messages` has {} entries; the limit is {} (--max-messages)",
+                r.messages.len(),
+                l.max_messages
+            ),
+            "messages",
         ));
     }
     let mut messages = Vec::with_capacity(r.messages.len());
@@ -432,7 +473,7 @@ pub fn chat(body: &[u8], seq: u64) -> Result<(GenSpec, PromptInput), ApiError> {
             name: m.name,
         });
     }
-    let mut spec = fields(r.sampling, seq, false)?;
+    let mut spec = fields(r.sampling, seq, false, l)?;
     spec.model = r.model;
     let forced = plan.as_ref().and_then(ToolPlan::forced_grammar);
     match (&spec.grammar, format, forced) {
@@ -452,6 +493,9 @@ pub fn chat(body: &[u8], seq: u64) -> Result<(GenSpec, PromptInput), ApiError> {
         (None, None, Some(g)) => spec.grammar = Some((Grammar::Lark(g), "tools")),
         _ => {}
     }
+    if let Some((g, param)) = &spec.grammar {
+        check_grammar(g, param, l)?;
+    }
     spec.tools = plan;
     Ok((spec, PromptInput::Chat(messages)))
 }
@@ -460,6 +504,7 @@ pub fn completion(
     body: &[u8],
     seq: u64,
     n_vocab: usize,
+    l: &Limits,
 ) -> Result<(GenSpec, PromptInput), ApiError> {
     let r: CompletionRequest = parse_json(body)?;
 
@@ -517,9 +562,12 @@ pub fn completion(
             Some("prompt"),
         ));
     }
-    let mut spec = fields(r.sampling, seq, true)?;
+    let mut spec = fields(r.sampling, seq, true, l)?;
     spec.model = r.model;
     spec.echo = r.echo == Some(true);
+    if let Some((g, param)) = &spec.grammar {
+        check_grammar(g, param, l)?;
+    }
     if spec.max_tokens == Some(0) && !spec.echo {
         return Err(ApiError::invalid_value(
             "`max_tokens` must be at least 1 (0 is allowed only with `echo` to score a prompt)",
@@ -534,7 +582,7 @@ mod tests {
     use super::*;
 
     fn chat_err(body: &str) -> ApiError {
-        match chat(body.as_bytes(), 1) {
+        match chat(body.as_bytes(), 1, &Limits::default()) {
             Ok(_) => panic!("expected an error for {body}"),
             Err(e) => e,
         }
@@ -638,6 +686,7 @@ mod tests {
         let (s, p) = chat(
             br#"{"model":"m","messages":[{"role":"user","content":"x"}],"temperature":0,"max_completion_tokens":7,"seed":5,"stop":"Z","stream":true,"stream_options":{"include_usage":true}}"#,
             1,
+            &Limits::default(),
         )
         .ok()
         .unwrap();
@@ -651,45 +700,59 @@ mod tests {
 
     #[test]
     fn completion_prompt_shapes() {
-        assert!(completion(br#"{"prompt":"hi"}"#, 1, 10).is_ok());
-        assert!(completion(br#"{"prompt":[1,2,3]}"#, 1, 10).is_ok());
+        assert!(completion(br#"{"prompt":"hi"}"#, 1, 10, &Limits::default()).is_ok());
+        assert!(completion(br#"{"prompt":[1,2,3]}"#, 1, 10, &Limits::default()).is_ok());
         assert_eq!(
-            completion(br#"{"prompt":[1,99]}"#, 1, 10)
+            completion(br#"{"prompt":[1,99]}"#, 1, 10, &Limits::default())
                 .err()
                 .unwrap()
                 .code,
             "invalid_value"
         );
         assert_eq!(
-            completion(br#"{"prompt":["a","b"]}"#, 1, 10)
+            completion(br#"{"prompt":["a","b"]}"#, 1, 10, &Limits::default())
                 .err()
                 .unwrap()
                 .code,
             "unsupported_parameter"
         );
         assert_eq!(
-            completion(br#"{"prompt":""}"#, 1, 10).err().unwrap().status,
+            completion(br#"{"prompt":""}"#, 1, 10, &Limits::default())
+                .err()
+                .unwrap()
+                .status,
             400
         );
         assert!(completion(
             br#"{"prompt":"x","echo":true,"max_tokens":0,"logprobs":1}"#,
             1,
-            10
+            10,
+            &Limits::default()
         )
         .is_ok());
         assert_eq!(
-            completion(br#"{"prompt":"x","max_tokens":0}"#, 1, 10)
-                .err()
-                .unwrap()
-                .param
-                .as_deref(),
+            completion(
+                br#"{"prompt":"x","max_tokens":0}"#,
+                1,
+                10,
+                &Limits::default()
+            )
+            .err()
+            .unwrap()
+            .param
+            .as_deref(),
             Some("max_tokens")
         );
         assert_eq!(
-            completion(br#"{"prompt":"x","logprobs":true}"#, 1, 10)
-                .err()
-                .unwrap()
-                .code,
+            completion(
+                br#"{"prompt":"x","logprobs":true}"#,
+                1,
+                10,
+                &Limits::default()
+            )
+            .err()
+            .unwrap()
+            .code,
             "invalid_value"
         );
     }

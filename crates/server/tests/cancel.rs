@@ -24,8 +24,12 @@ async fn start_with(
     assert!(engine.wait_ready().await);
     let state = steward_server::AppState::new(engine.clone(), None);
     let listener = steward_server::bind("127.0.0.1:0".parse().unwrap(), sndbuf).unwrap();
-    let addr = axum::serve::Listener::local_addr(&listener).unwrap();
-    tokio::spawn(async move { axum::serve(listener, steward_server::app(state)).await });
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(steward_server::serve_forever(
+        listener,
+        state,
+        Default::default(),
+    ));
     (format!("http://{addr}"), engine)
 }
 

@@ -415,7 +415,11 @@ async fn keep_alive_comments_flow_while_a_long_prompt_prefills() {
     let state = steward_server::AppState::with_keepalive(engine, None, Duration::from_millis(100));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, steward_server::app(state)).await });
+    tokio::spawn(steward_server::serve_forever(
+        listener,
+        state,
+        Default::default(),
+    ));
     let prompt = "The ships came in and the birds flew over the sea. ".repeat(60);
     let body = json!({"prompt": prompt, "max_tokens": 2, "stream": true, "temperature": 0});
     let raw = reqwest::Client::new()

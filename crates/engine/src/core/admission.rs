@@ -104,6 +104,16 @@ impl Permit {
     }
 }
 
+impl Permit {
+    /// `n` cells counted as computed were not (a failed step): reserve
+    /// them again.
+    pub fn unconsume(&mut self, n: u64) {
+        self.reserved += n;
+        let c = &self.ledger;
+        c.reserved.set(c.reserved.get() + n);
+    }
+}
+
 impl Drop for Permit {
     fn drop(&mut self) {
         let c = &self.ledger;

@@ -35,6 +35,13 @@ pub struct FakeBackend {
     rows: Vec<Vec<f32>>,
     pub kv: Vec<Vec<TokenId>>,
     pub fail_next: bool,
+    /// Every step carrying this slot fails, with this error: the fault
+    /// belongs to one sequence.
+    pub fail_slot: Option<(usize, StepError)>,
+    /// Every step carrying this slot panics (a bug in the runtime adapter).
+    pub panic_slot: Option<usize>,
+    /// Rows of this slot get NaN logits.
+    pub nan_slot: Option<usize>,
     /// From this position on, the next token is end-of-generation.
     pub eog_from_pos: Option<u32>,
     /// Tokens per step, for assertions.
@@ -91,6 +98,17 @@ impl Backend for FakeBackend {
         if std::mem::take(&mut self.fail_next) {
             return Err(StepError::Decode("injected failure".into()));
         }
+        if let Some((slot, e)) = &self.fail_slot {
+            if self.batch.iter().any(|b| b.2 == *slot) {
+                return Err(e.clone());
+            }
+        }
+        if let Some(slot) = self.panic_slot {
+            assert!(
+                !self.batch.iter().any(|b| b.2 == slot),
+                "injected panic in the runtime"
+            );
+        }
         self.step_sizes.push(self.batch.len());
         self.rows.clear();
         for &(tok, pos, slot, want) in &self.batch {
@@ -98,6 +116,9 @@ impl Backend for FakeBackend {
             let mut l = vec![0.0f32; N_VOCAB];
             if want {
                 l[self.next_token(tok, pos + 1) as usize] = 1.0;
+            }
+            if self.nan_slot == Some(slot) {
+                l.fill(f32::NAN);
             }
             self.rows.push(l);
         }

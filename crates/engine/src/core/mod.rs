@@ -21,6 +21,7 @@ mod admit;
 pub mod backend;
 #[cfg(test)]
 mod fake;
+mod faults;
 pub mod prefix;
 mod reap;
 mod rows;
@@ -148,9 +149,36 @@ fn owner_main(args: OwnerArgs, ok: std::sync::mpsc::SyncSender<Result<(), LoadEr
         StateModel::PerToken
     };
     let ctx_limit = parts.config.ctx_per_seq.min(model.facts.n_ctx_train.max(1));
-    let mut owner = Owner::new(rt, model.vocab.clone(), state_model, ctx_limit, parts);
-    while owner.tick() {}
-    owner.shutdown();
+    let owner = Owner::new(rt, model.vocab.clone(), state_model, ctx_limit, parts);
+    run(owner);
+}
+
+/// The owner's loop. A panic here leaves the owner's state unknown (a
+/// half-applied step, the cell map out of step with the runtime): nothing
+/// is retried. The engine is marked failed, which makes the process unready
+/// and unhealthy and `serve` end with a non-zero status (an orchestrator
+/// restarts it); every in-flight request's stream ends with an error as the
+/// owner is dropped. Per-request panics while sampling are contained in
+/// `rows`.
+fn run<B: Backend>(mut owner: Owner<B>) {
+    let stats = owner.stats.clone();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        while owner.tick() {}
+        owner.shutdown();
+    }));
+    if let Err(p) = r {
+        let what = p
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        tracing::error!(panic = %what, "the engine thread panicked; the engine has stopped");
+        stats.send_modify(|s| {
+            s.failed = true;
+            s.stopped = true;
+            s.ready = false;
+        });
+    }
 }
 
 /// First-run specialisation: one prompt chunk and one decode step through
@@ -260,6 +288,11 @@ pub(crate) struct Owner<B: Backend> {
     /// What every slot's KV cells hold, shared cells once (`core/trie.rs`):
     /// the ledger's `held` and the evictions' order come from it.
     cells: trie::CellTrie,
+    /// Rows one step may carry (the runtime's `n_batch`).
+    n_batch: usize,
+    /// Sequences of a failed step, to run alone until the cause is found
+    /// (`faults.rs`).
+    suspects: Vec<u64>,
 }
 
 impl<B: Backend> Owner<B> {
@@ -319,6 +352,8 @@ impl<B: Backend> Owner<B> {
             prefix_key: args.prefix_key,
             pinned: Vec::new(),
             cells: trie::CellTrie::new(c.kv_unified),
+            n_batch: runtime_params(&c).n_batch as usize,
+            suspects: Vec::new(),
             config: c,
         }
     }
@@ -504,6 +539,8 @@ impl<B: Backend> Owner<B> {
         let mut plan = scheduler::plan(&views, &self.limits);
         scheduler::pad_tails(&mut plan, &views);
         scheduler::align_chunks(&mut plan, &views, self.config.chunk_align);
+        scheduler::fit(&mut plan, &views, self.n_batch);
+        let isolated = self.isolate(&mut plan);
         if plan.is_empty() {
             return;
         }
@@ -566,16 +603,10 @@ impl<B: Backend> Owner<B> {
         let submitted = built.and_then(|_| self.rt.submit());
         let submit_ms = t_submit.elapsed().as_secs_f64() * 1e3;
         if let Err(e) = submitted {
-            tracing::error!(error = %e, tokens = plan.n_tokens(), "step failed; failing its sequences");
-            let keys: Vec<u64> = plan
-                .decode
-                .iter()
-                .copied()
-                .chain(plan.chunks.iter().map(|c| c.key))
-                .collect();
-            self.fail(&keys, e.to_string());
+            self.step_failed(&plan, &e);
             return;
         }
+        self.step_ok(isolated);
         // While an asynchronous device computes the step: bookkeeping that
         // needs none of its outputs (the runtime is not touched until
         // `wait`). The step's cells, into the cell map: each decoder's

@@ -59,11 +59,20 @@ pub(super) fn emit(mut jobs: Vec<Job<'_>>, vocab: &Vocab, threads: usize) {
     });
 }
 
+/// One row. A panic while sampling or emitting (a bug, or input nothing
+/// anticipated) fails this request alone: what it touched is its own
+/// sampler, detokenizer and grammar state, and a failed sequence's KV cells
+/// are cleared at retirement, never cached.
 fn one(job: &mut Job<'_>, vocab: &Vocab) {
     let Job(seq, out) = job;
-    match *out {
+    let out = *out;
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match out {
         Out::Logits(l) => seq.sample_and_emit(l, vocab),
         Out::Device(Some(tok)) => seq.emit(tok, vocab),
         Out::Device(None) => seq.fail_runtime("the device sampler returned no token"),
+    }));
+    if r.is_err() {
+        tracing::error!(request_id = %seq.id, "sampling panicked; this request fails");
+        seq.fail_runtime("internal error while sampling this request");
     }
 }

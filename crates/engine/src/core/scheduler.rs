@@ -202,6 +202,35 @@ pub fn align_chunks(plan: &mut Plan, seqs: &[SeqView], granule: usize) {
     }
 }
 
+/// Keep a step within the runtime's batch (`n_batch` rows): `pad_tails`
+/// and `align_chunks` move chunks back to recompute cells, and the TTFT
+/// rule adds tokens on top of the budget, so a plan can outgrow it (the
+/// runtime then refused the whole step and every sequence in it failed).
+/// Decode rows always stay; the youngest chunks give back their padding
+/// first, then their tokens (a chunk left empty waits for the next step).
+pub fn fit(plan: &mut Plan, seqs: &[SeqView], n_batch: usize) {
+    let mut over = plan.n_tokens().saturating_sub(n_batch);
+    for c in plan.chunks.iter_mut().rev() {
+        if over == 0 {
+            break;
+        }
+        let Some(s) = seqs.iter().find(|s| s.key == c.key) else {
+            continue;
+        };
+        if c.start < s.computed {
+            // Undo padding: start where the computed cells end.
+            let pad = (s.computed - c.start).min(c.len);
+            c.start += pad;
+            c.len -= pad;
+            over = over.saturating_sub(pad);
+        }
+        let cut = over.min(c.len);
+        c.len -= cut;
+        over -= cut;
+    }
+    plan.chunks.retain(|c| c.len > 0);
+}
+
 /// The TTFT side of the budget. `prompts`: (key, tokens left, overdue: a
 /// short prompt that waited past the TTFT target) of prefilling sequences,
 /// oldest first. An overdue prompt (at most `max_left` tokens left) is not
@@ -611,5 +640,63 @@ mod tests {
         assert_eq!(p.decode, vec![2]);
         assert!(p.chunks.is_empty());
         assert!(plan(&[], &lim(8, 1, 1)).is_empty());
+    }
+
+    #[test]
+    fn fit_keeps_decoders_and_trims_the_youngest_chunks_to_the_batch() {
+        let v = |key, prompt_len, computed, decoding| SeqView {
+            key,
+            prompt_len,
+            computed,
+            decoding,
+            can_pad: true,
+        };
+        let seqs = vec![
+            v(1, 10, 10, true),
+            v(2, 10, 10, true),
+            v(3, 500, 400, false),
+            v(4, 200, 150, false),
+        ];
+        let mut plan = Plan {
+            decode: vec![1, 2],
+            // 4's tail padded back by 15 cells, as pad_tails does.
+            chunks: vec![
+                Chunk {
+                    key: 3,
+                    start: 400,
+                    len: 100,
+                },
+                Chunk {
+                    key: 4,
+                    start: 135,
+                    len: 65,
+                },
+            ],
+        };
+        fit(&mut plan, &seqs, 200);
+        assert_eq!(plan.n_tokens(), 167, "fits: unchanged");
+        fit(&mut plan, &seqs, 160);
+        assert_eq!(plan.n_tokens(), 152, "fits once unpadded");
+        assert_eq!(
+            plan.chunks[1],
+            Chunk {
+                key: 4,
+                start: 150,
+                len: 50
+            }
+        );
+        fit(&mut plan, &seqs, 60);
+        assert_eq!(plan.decode, vec![1, 2]);
+        assert_eq!(plan.n_tokens(), 60);
+        assert_eq!(
+            plan.chunks,
+            vec![Chunk {
+                key: 3,
+                start: 400,
+                len: 58
+            }]
+        );
+        fit(&mut plan, &seqs, 2);
+        assert!(plan.chunks.is_empty() && plan.decode.len() == 2);
     }
 }

@@ -281,6 +281,19 @@ impl Sequence {
         }
     }
 
+    /// The step that carried this sequence failed: its decode token was not
+    /// computed, and a padded chunk's recomputed cells (dropped before the
+    /// push) must be computed again. Reservations go back accordingly.
+    pub fn undo_step(&mut self, chunk_start: Option<usize>, decoded: bool) {
+        if decoded {
+            self.permit.unconsume(1);
+        }
+        if let Some(start) = chunk_start.filter(|&s| s < self.computed) {
+            self.permit.unconsume((self.computed - start) as u64);
+            self.computed = start;
+        }
+    }
+
     pub fn chunk_done(&mut self, c: &Chunk) {
         // Only cells new to the slot move from reserved to used (a padded
         // tail recomputes some it already had).
@@ -313,6 +326,15 @@ impl Sequence {
             None => logits,
         };
         let tok = self.sampler.sample(logits, banned);
+        // NaN or -inf everywhere (a broken row): no token can be chosen.
+        // This request fails; the others in the step are unaffected.
+        if logits
+            .get(tok as usize)
+            .is_none_or(|l| l.is_nan() || *l == f32::NEG_INFINITY)
+        {
+            self.fail_runtime("the model produced no finite logits for this request");
+            return;
+        }
         if let Some(top) = self.logprobs {
             self.unsent_lp.push(logprob_of(logits, tok, top));
         }
@@ -406,6 +428,10 @@ impl Sequence {
 
     fn try_flush(&mut self) {
         if self.unsent.is_empty() && self.unsent_lp.is_empty() {
+            // Tokens with no text of their own (control tokens, text the
+            // detokenizer holds back as a possible stop-string prefix) have
+            // nothing to deliver: they are not a reader's lag.
+            self.unsent_tokens = 0;
             return;
         }
         let ev = Event::Text {

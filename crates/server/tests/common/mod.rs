@@ -14,6 +14,19 @@ pub struct Server {
 }
 
 pub async fn server_with(api_key: Option<&str>, tweak: impl FnOnce(&mut EngineConfig)) -> Server {
+    let opts = steward_server::ServerOptions {
+        api_key: api_key.map(str::to_string),
+        ..Default::default()
+    };
+    server_opts(tweak, opts, Default::default()).await
+}
+
+/// A server with its HTTP options and connection limits given.
+pub async fn server_opts(
+    tweak: impl FnOnce(&mut EngineConfig),
+    opts: steward_server::ServerOptions,
+    conn: steward_server::conn::ConnLimits,
+) -> Server {
     let path = steward_engine::fetch::ensure_default_model().expect("default model");
     let mut c = EngineConfig::new(path);
     c.served_name = "smol".into();
@@ -23,14 +36,11 @@ pub async fn server_with(api_key: Option<&str>, tweak: impl FnOnce(&mut EngineCo
     tweak(&mut c);
     let engine = Engine::start(c).expect("engine");
     assert!(engine.wait_ready().await);
-    let state = steward_server::AppState::new(engine, api_key.map(str::to_string));
+    let state = steward_server::AppState::with_options(opts);
+    state.set_engine(engine);
     let listener = steward_server::bind("127.0.0.1:0".parse().unwrap(), None).unwrap();
-    let addr = axum::serve::Listener::local_addr(&listener).unwrap();
-    tokio::spawn(async move {
-        axum::serve(listener, steward_server::app(state))
-            .await
-            .unwrap();
-    });
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(steward_server::serve_forever(listener, state, conn));
     Server {
         base: format!("http://{addr}"),
         client: reqwest::Client::new(),

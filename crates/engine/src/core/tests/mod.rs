@@ -620,6 +620,7 @@ fn slow_reader_is_paused_then_bounded_then_ended() {
     h.assert_released();
 }
 
+mod faults;
 mod prefix;
 
 /// Many rows sampled and emitted on helper threads (`core/rows.rs`) give

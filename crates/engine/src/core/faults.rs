@@ -1,0 +1,73 @@
+//! A failed step fails only the sequences that caused it.
+//!
+//! When the runtime refuses a step of several sequences, nobody is failed
+//! yet: every slot in it is put back as it was before the step (llama.cpp
+//! restores its memory for some errors and keeps processed ubatches for
+//! others; a padded chunk's recomputed cells were dropped before it was
+//! pushed, so its sequence computes them again), and its sequences become
+//! suspects. Each suspect then runs alone, one step each, while the others
+//! wait: a suspect whose own step succeeds is cleared, one whose own step
+//! fails is the cause and fails. A failure costs the others one step per
+//! suspect, never their requests.
+
+use super::backend::Backend;
+use super::scheduler::Plan;
+use super::Owner;
+use crate::model::StepError;
+
+impl<B: Backend> Owner<B> {
+    /// With suspects, plan only the first of them. Returns its key.
+    pub(super) fn isolate(&mut self, plan: &mut Plan) -> Option<u64> {
+        let seqs = &self.seqs;
+        self.suspects.retain(|k| seqs.iter().any(|s| s.key == *k));
+        let k = *self.suspects.first()?;
+        plan.decode.retain(|d| *d == k);
+        plan.chunks.retain(|c| c.key == k);
+        Some(k)
+    }
+
+    /// The step ran without error: a suspect that ran alone is cleared.
+    pub(super) fn step_ok(&mut self, isolated: Option<u64>) {
+        if let Some(k) = isolated {
+            self.suspects.retain(|s| *s != k);
+        }
+    }
+
+    /// The runtime refused `plan`: undo it, then fail its one sequence, or
+    /// make its sequences suspects.
+    pub(super) fn step_failed(&mut self, plan: &Plan, e: &StepError) {
+        let keys: Vec<u64> = plan
+            .decode
+            .iter()
+            .copied()
+            .chain(plan.chunks.iter().map(|c| c.key))
+            .collect();
+        for seq in self.seqs.iter_mut().filter(|s| keys.contains(&s.key)) {
+            let chunk_start = plan
+                .chunks
+                .iter()
+                .find(|c| c.key == seq.key)
+                .map(|c| c.start);
+            seq.undo_step(chunk_start, plan.decode.contains(&seq.key));
+            let keep = seq.n_past();
+            self.rt.truncate_slot(seq.slot, keep);
+            self.cells.truncate(seq.slot, keep as usize);
+        }
+        if keys.len() == 1 {
+            tracing::error!(error = %e, "step of one sequence failed; failing it");
+            self.suspects.retain(|k| *k != keys[0]);
+            self.fail(&keys, e.to_string());
+            return;
+        }
+        tracing::warn!(
+            error = %e,
+            sequences = keys.len(),
+            "step failed; running its sequences one at a time to find the cause"
+        );
+        for k in keys {
+            if !self.suspects.contains(&k) {
+                self.suspects.push(k);
+            }
+        }
+    }
+}
