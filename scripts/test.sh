@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, lints, unit + real-model + HTTP tests
 # (release build: the model runs in every tier), and the official OpenAI
-# Python client against a live server. Fetches the model when missing.
+# Python client against a live server, and every fuzz target briefly
+# (FUZZ_SECONDS each, default 20). Fetches the model when missing.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -17,3 +18,5 @@ echo "== cargo test"
 cargo test --release --workspace
 echo "== OpenAI Python client against steward serve"
 ./scripts/openai_client_check.sh
+echo "== fuzz targets, ${FUZZ_SECONDS:-20} s each"
+./scripts/fuzz.sh "${FUZZ_SECONDS:-20}"

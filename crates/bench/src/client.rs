@@ -4,13 +4,19 @@
 //! Times are milliseconds since the run started. Token progress (from
 //! `usage`) and network chunks (SSE data events carrying text) are counted
 //! apart: a chunk may carry several tokens or none.
+//!
+//! A `[mix]` workload's kinds ride along: `n` choices (each choice's text
+//! and finish kept apart), grammars (finished output checked against its
+//! grammar), unstreamed requests, and bad inputs (sent as planned, their
+//! refusal's shape checked; a conversation goes on after one).
 
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::workload::{CancelAt, ConversationPlan, Endpoint, SamplingSpec, TurnPlan};
+use crate::mix;
+use crate::workload::{CancelAt, ConversationPlan, Endpoint, Kind, SamplingSpec, TurnPlan};
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Record {
@@ -31,6 +37,39 @@ pub struct Record {
     pub slow_reader: bool,
     pub text_bytes: usize,
     pub finish_reason: Option<String>,
+    /// Sent as `x-request-id` (the server's log lines carry it).
+    #[serde(default)]
+    pub request_id: String,
+    /// The planned kind (`[mix]`) and cancel point.
+    #[serde(default)]
+    pub kind: Kind,
+    #[serde(default)]
+    pub cancel_at: Option<CancelAt>,
+    /// A bad input's right answer.
+    #[serde(default)]
+    pub expect_status: Option<u16>,
+    /// A refusal's `error.code`.
+    #[serde(default)]
+    pub error_code: Option<String>,
+    /// What is wrong with an error body (a refusal's or an error event's);
+    /// None: it had the OpenAI shape (or there was none).
+    #[serde(default)]
+    pub error_shape: Option<String>,
+    /// The stream's `data: [DONE]` arrived.
+    #[serde(default)]
+    pub saw_done: bool,
+    /// The `error.code` of an error event inside a stream.
+    #[serde(default)]
+    pub stream_error: Option<String>,
+    /// SSE data events that were neither JSON nor `[DONE]`.
+    #[serde(default)]
+    pub bad_events: u32,
+    /// Choices that sent a finish reason.
+    #[serde(default)]
+    pub choices_finished: u32,
+    /// Grammar choices that stopped with text their grammar does not allow.
+    #[serde(default)]
+    pub grammar_invalid: u32,
 }
 
 impl Record {
@@ -60,6 +99,8 @@ pub struct Target {
     pub ignore_eos: bool,
     /// Merged into every request body.
     pub extra: Option<Value>,
+    /// Prefix of the request IDs sent (unique per run).
+    pub id_prefix: String,
 }
 
 /// Run one conversation; the reply of each turn goes into the next.
@@ -76,10 +117,17 @@ pub async fn run_conversation(
     let mut out = Vec::new();
     for (i, turn) in plan.turns.iter().enumerate() {
         messages.push(json!({"role": "user", "content": turn.user_text}));
-        let (mut rec, reply) = one_request(client, t, &messages, turn, t0).await;
+        let id = format!("{}-{}-{i}", t.id_prefix, plan.index);
+        let (mut rec, reply) = one_request(client, t, &messages, turn, &id, t0).await;
         rec.conversation = plan.index;
         rec.turn = i;
         rec.label = plan.label.clone();
+        if turn.kind.bad.is_some() {
+            // A probe: not part of the conversation.
+            messages.pop();
+            out.push(rec);
+            continue;
+        }
         let stop = !rec.ok();
         out.push(rec);
         if stop {
@@ -105,13 +153,21 @@ fn body(t: &Target, messages: &[Value], turn: &TurnPlan) -> Value {
     b["max_tokens"] = json!(turn.max_tokens);
     b["temperature"] = json!(t.sampling.temperature);
     b["top_p"] = json!(t.sampling.top_p);
-    b["stream"] = json!(true);
-    b["stream_options"] = json!({"include_usage": true});
+    b["stream"] = json!(!turn.kind.unstreamed);
+    if !turn.kind.unstreamed {
+        b["stream_options"] = json!({"include_usage": true});
+    }
     if t.ignore_eos {
         b["ignore_eos"] = json!(true);
     }
     if let Some(seed) = turn.seed {
         b["seed"] = json!(seed);
+    }
+    if let Some(n) = turn.kind.n {
+        b["n"] = json!(n);
+    }
+    if let Some(g) = turn.kind.grammar {
+        b["response_format"] = mix::response_format(g);
     }
     for (k, v) in t.extra.iter().flat_map(|e| e.as_object()).flatten() {
         b[k] = v.clone();
@@ -123,11 +179,22 @@ fn ms(t0: Instant) -> f64 {
     t0.elapsed().as_secs_f64() * 1e3
 }
 
+/// Read a refusal's body: its code, or what is wrong with its shape.
+async fn refusal(rec: &mut Record, resp: reqwest::Response) {
+    let text = resp.text().await.unwrap_or_default();
+    match mix::error_code(&text) {
+        Ok(code) => rec.error_code = code,
+        Err(why) => rec.error_shape = Some(why),
+    }
+    rec.error = Some(text.chars().take(300).collect());
+}
+
 async fn one_request(
     client: &reqwest::Client,
     t: &Target,
     messages: &[Value],
     turn: &TurnPlan,
+    id: &str,
     t0: Instant,
 ) -> (Record, String) {
     let path = match t.endpoint {
@@ -137,21 +204,47 @@ async fn one_request(
     let mut rec = Record {
         send_ms: ms(t0),
         slow_reader: turn.slow_bytes_per_s.is_some(),
+        request_id: id.to_string(),
+        kind: turn.kind.clone(),
+        cancel_at: turn.cancel.map(|c| c.0),
         ..Default::default()
     };
     let mut req = client
         .post(format!("{}{path}", t.base))
-        .json(&body(t, messages, turn));
+        .header("x-request-id", id);
     if let Some(k) = &t.api_key {
         req = req.bearer_auth(k);
     }
-    let deadline_prefill = turn
+    let valid = body(t, messages, turn);
+    req = match turn.kind.bad {
+        Some(kind) => {
+            let b = mix::bad_request(kind, &valid);
+            rec.expect_status = Some(b.expect_status);
+            req.header("content-type", b.content_type).body(b.body)
+        }
+        None => req.json(&valid),
+    };
+    let hang_up_after = turn
         .cancel
-        .filter(|c| c.0 == CancelAt::Prefill)
+        .filter(|c| matches!(c.0, CancelAt::Prefill | CancelAt::Queued))
         .map(|c| Duration::from_millis(c.1));
     let cancel_after_chunks = turn.cancel.filter(|c| c.0 == CancelAt::Decode).map(|c| c.2);
     let sent = Instant::now();
-    let resp = match req.send().await {
+    let send = req.send();
+    let sent_result = match turn.cancel {
+        Some((CancelAt::Queued, after, _)) => {
+            match tokio::time::timeout(Duration::from_millis(after), send).await {
+                Ok(r) => r,
+                Err(_) => {
+                    rec.cancelled_by_us = true;
+                    rec.end_ms = ms(t0);
+                    return (rec, String::new());
+                }
+            }
+        }
+        _ => send.await,
+    };
+    let resp = match sent_result {
         Ok(r) => r,
         Err(e) => {
             rec.error = Some(format!("send: {e}"));
@@ -161,16 +254,20 @@ async fn one_request(
     };
     rec.status = resp.status().as_u16();
     if rec.status != 200 {
-        let text = resp.text().await.unwrap_or_default();
-        rec.error = Some(text.chars().take(300).collect());
+        refusal(&mut rec, resp).await;
         rec.end_ms = ms(t0);
         return (rec, String::new());
     }
+    if turn.kind.unstreamed {
+        let reply = whole(&mut rec, resp, turn, t0).await;
+        return (rec, reply);
+    }
     let mut resp = resp;
     let mut buf = String::new();
-    let mut reply = String::new();
+    let mut texts: Vec<String> = Vec::new();
+    let mut finishes: Vec<Option<String>> = Vec::new();
     loop {
-        let next = match deadline_prefill {
+        let next = match hang_up_after {
             Some(d) if rec.first_text_ms.is_none() => {
                 let left = d.saturating_sub(sent.elapsed());
                 match tokio::time::timeout(left, resp.chunk()).await {
@@ -203,32 +300,54 @@ async fn one_request(
                 };
                 let data = data.trim();
                 if data == "[DONE]" {
+                    rec.saw_done = true;
                     continue;
                 }
                 let Ok(v) = serde_json::from_str::<Value>(data) else {
+                    rec.bad_events += 1;
                     continue;
                 };
                 if let Some(e) = v.get("error") {
                     rec.error = Some(e.to_string());
+                    match mix::error_code(data) {
+                        Ok(code) => {
+                            rec.stream_error = Some(code.unwrap_or_else(|| "(no code)".into()))
+                        }
+                        Err(why) => {
+                            rec.stream_error = Some("(malformed)".into());
+                            rec.error_shape = Some(why);
+                        }
+                    }
                 }
                 if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
                     rec.prompt_tokens = u["prompt_tokens"].as_u64().map(|x| x as u32);
                     rec.completion_tokens = u["completion_tokens"].as_u64().map(|x| x as u32);
                 }
-                let choice = &v["choices"][0];
-                if let Some(f) = choice["finish_reason"].as_str() {
-                    rec.finish_reason = Some(f.to_string());
-                }
-                let text = choice["delta"]["content"]
-                    .as_str()
-                    .or_else(|| choice["text"].as_str())
-                    .unwrap_or("");
-                if !text.is_empty() {
-                    let now = ms(t0);
-                    rec.first_text_ms.get_or_insert(now);
-                    rec.chunk_ms.push(now);
-                    rec.text_bytes += text.len();
-                    reply.push_str(text);
+                for choice in v["choices"].as_array().into_iter().flatten() {
+                    let i = choice["index"].as_u64().unwrap_or(0) as usize;
+                    if i >= 64 {
+                        rec.bad_events += 1;
+                        continue;
+                    }
+                    if texts.len() <= i {
+                        texts.resize(i + 1, String::new());
+                        finishes.resize(i + 1, None);
+                    }
+                    if let Some(f) = choice["finish_reason"].as_str() {
+                        rec.finish_reason = Some(f.to_string());
+                        finishes[i] = Some(f.to_string());
+                    }
+                    let text = choice["delta"]["content"]
+                        .as_str()
+                        .or_else(|| choice["text"].as_str())
+                        .unwrap_or("");
+                    if !text.is_empty() {
+                        let now = ms(t0);
+                        rec.first_text_ms.get_or_insert(now);
+                        rec.chunk_ms.push(now);
+                        rec.text_bytes += text.len();
+                        texts[i].push_str(text);
+                    }
                 }
             }
         }
@@ -242,5 +361,59 @@ async fn one_request(
     }
     drop(resp);
     rec.end_ms = ms(t0);
-    (rec, reply)
+    check_choices(&mut rec, turn, &texts, &finishes);
+    (rec, texts.into_iter().next().unwrap_or_default())
+}
+
+/// Per-choice checks: how many choices finished, and how many grammar
+/// choices that stopped by themselves (not cut at max_tokens) hold text
+/// their grammar does not allow.
+fn check_choices(rec: &mut Record, turn: &TurnPlan, texts: &[String], fins: &[Option<String>]) {
+    rec.choices_finished = fins.iter().filter(|f| f.is_some()).count() as u32;
+    if let Some(g) = turn.kind.grammar {
+        rec.grammar_invalid = texts
+            .iter()
+            .zip(fins)
+            .filter(|(t, f)| f.as_deref() == Some("stop") && !mix::grammar_output_ok(g, t))
+            .count() as u32;
+    }
+}
+
+/// An unstreamed answer: one JSON body with every choice.
+async fn whole(rec: &mut Record, resp: reqwest::Response, turn: &TurnPlan, t0: Instant) -> String {
+    let body = resp.text().await;
+    let now = ms(t0);
+    rec.end_ms = now;
+    let v = match body
+        .map_err(|e| format!("read: {e}"))
+        .and_then(|b| serde_json::from_str::<Value>(&b).map_err(|e| format!("body: {e}")))
+    {
+        Ok(v) => v,
+        Err(e) => {
+            rec.error = Some(e);
+            return String::new();
+        }
+    };
+    rec.first_byte_ms = Some(now);
+    rec.first_text_ms = Some(now);
+    rec.chunk_ms.push(now);
+    if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
+        rec.prompt_tokens = u["prompt_tokens"].as_u64().map(|x| x as u32);
+        rec.completion_tokens = u["completion_tokens"].as_u64().map(|x| x as u32);
+    }
+    let mut texts = Vec::new();
+    let mut fins = Vec::new();
+    for c in v["choices"].as_array().into_iter().flatten() {
+        let text = c["message"]["content"]
+            .as_str()
+            .or_else(|| c["text"].as_str())
+            .unwrap_or("")
+            .to_string();
+        rec.text_bytes += text.len();
+        texts.push(text);
+        fins.push(c["finish_reason"].as_str().map(str::to_string));
+    }
+    rec.finish_reason = fins.last().cloned().flatten();
+    check_choices(rec, turn, &texts, &fins);
+    texts.into_iter().next().unwrap_or_default()
 }

@@ -3,16 +3,17 @@
 //! throughput and goodput, checks the server returns to its steady state,
 //! searches capacity under an SLO, and compares two servers in one run.
 
+mod classes;
 mod client;
 mod html;
+mod mix;
+mod replay;
 mod report;
 mod scrape;
 mod workload;
 
-use std::io::IsTerminal;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand};
@@ -20,7 +21,7 @@ use serde_json::{json, Value};
 
 use client::{Record, Target};
 use report::Summary;
-use workload::{Arrival, Workload};
+use workload::Workload;
 
 #[derive(Parser)]
 #[command(
@@ -90,6 +91,14 @@ struct Common {
     /// client's `extra_body`), e.g. a `response_format`.
     #[arg(long, value_parser = parse_extra)]
     extra_body: Option<serde_json::Value>,
+    /// Fail the command (exit 4) when any answer is one a correct server
+    /// would not give: a 5xx other than 503, an error body not in the
+    /// OpenAI shape, a bad input accepted, a valid one refused with a 4xx
+    /// other than 429, a stream without `[DONE]`, missing choices, grammar
+    /// output its grammar forbids, a transport error. Prints the per-class
+    /// table.
+    #[arg(long)]
+    strict: bool,
 }
 
 fn parse_extra(s: &str) -> Result<serde_json::Value, String> {
@@ -213,110 +222,6 @@ fn load_workload(c: &Common) -> anyhow::Result<Workload> {
     Ok(w)
 }
 
-/// Replay the workload's plan; returns every record.
-async fn replay(client: &reqwest::Client, target: Arc<Target>, w: &Workload) -> Vec<Record> {
-    let plan = Arc::new(w.plan());
-    let t0 = Instant::now();
-    let total_requests: usize = plan.iter().map(|c| c.turns.len()).sum();
-    let done = Arc::new(AtomicUsize::new(0));
-    let progress = std::io::stderr().is_terminal().then(|| {
-        let done = done.clone();
-        tokio::spawn(async move {
-            loop {
-                let d = done.load(Ordering::Relaxed);
-                let filled = d * 30 / total_requests.max(1);
-                eprint!(
-                    "\r[{}{}] {d}/{total_requests} conversations {:.0}s",
-                    "#".repeat(filled),
-                    ".".repeat(30 - filled.min(30)),
-                    t0.elapsed().as_secs_f64()
-                );
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-        })
-    });
-    let mut tasks = Vec::new();
-    // Injections at fixed times.
-    for conv in plan.iter().filter(|c| c.at_ms.is_some()) {
-        let (client, target, conv, done) =
-            (client.clone(), target.clone(), conv.clone(), done.clone());
-        tasks.push(tokio::spawn(async move {
-            tokio::time::sleep_until((t0 + Duration::from_millis(conv.at_ms.unwrap_or(0))).into())
-                .await;
-            let r = client::run_conversation(&client, &target, &conv, t0).await;
-            done.fetch_add(1, Ordering::Relaxed);
-            r
-        }));
-    }
-    let regular: Vec<usize> = (0..plan.len())
-        .filter(|&i| plan[i].at_ms.is_none())
-        .collect();
-    match w.arrival {
-        Arrival::Closed { concurrency } => {
-            let next = Arc::new(AtomicUsize::new(0));
-            let regular = Arc::new(regular);
-            for _ in 0..concurrency {
-                let (client, target, plan, next, regular, done) = (
-                    client.clone(),
-                    target.clone(),
-                    plan.clone(),
-                    next.clone(),
-                    regular.clone(),
-                    done.clone(),
-                );
-                tasks.push(tokio::spawn(async move {
-                    let mut out = Vec::new();
-                    loop {
-                        let k = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(&i) = regular.get(k) else { break };
-                        out.extend(client::run_conversation(&client, &target, &plan[i], t0).await);
-                        done.fetch_add(1, Ordering::Relaxed);
-                    }
-                    out
-                }));
-            }
-        }
-        Arrival::Rate { rate } | Arrival::Poisson { rate } => {
-            let poisson = matches!(w.arrival, Arrival::Poisson { .. });
-            let mut rng = workload::Rng::new(w.seed ^ 0xA5A5);
-            let mut at = 0.0f64;
-            for i in regular {
-                let gap = if poisson {
-                    -(1.0 - rng.f64()).ln() / rate
-                } else {
-                    1.0 / rate
-                };
-                let send_at = t0 + Duration::from_secs_f64(at);
-                at += gap;
-                let (client, target, conv, done) = (
-                    client.clone(),
-                    target.clone(),
-                    plan[i].clone(),
-                    done.clone(),
-                );
-                tasks.push(tokio::spawn(async move {
-                    tokio::time::sleep_until(send_at.into()).await;
-                    let r = client::run_conversation(&client, &target, &conv, t0).await;
-                    done.fetch_add(1, Ordering::Relaxed);
-                    r
-                }));
-            }
-        }
-    }
-    let mut records = Vec::new();
-    for t in tasks {
-        if let Ok(r) = t.await {
-            records.extend(r);
-        }
-    }
-    if let Some(p) = progress {
-        p.abort();
-        eprintln!();
-    }
-    records.sort_by(|a, b| a.send_ms.total_cmp(&b.send_ms));
-    records
-}
-
 struct RunOut {
     summary: Summary,
     steady: scrape::SteadyState,
@@ -342,8 +247,14 @@ async fn run_once(
         sampling: w.sampling.clone(),
         ignore_eos: w.output.ignore_eos,
         extra: c.extra_body.clone(),
+        id_prefix: format!(
+            "sb{:x}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64 & 0xff_ffff_ffff)
+        ),
     });
-    let records = replay(client, target, w).await;
+    let records = replay::replay(client, target, w).await;
     let summary = report::summarize(&records, &w.slo);
     let steady = scrape::wait_idle(
         client,
@@ -469,6 +380,12 @@ async fn cmd_run(a: RunArgs) -> anyhow::Result<i32> {
     };
     let r = run_once(&client, &base, &model, &a.common, &w).await;
     print_summary(&w.name, &r.summary, &r.steady);
+    if a.common.strict {
+        eprint!("{}", classes::table(&r.summary.classes));
+        for e in &r.summary.failure_examples {
+            eprintln!("FAILURE {e}");
+        }
+    }
     let v = json!({
         "tool": "steward-bench", "version": env!("CARGO_PKG_VERSION"),
         "url": base, "model": model, "workload": w,
@@ -480,7 +397,15 @@ async fn cmd_run(a: RunArgs) -> anyhow::Result<i32> {
         &format!("steward-bench: {}", w.name),
         cdf_section(&[(&w.name, &r.records)]),
     )?;
-    Ok(steady_exit(&r.steady))
+    let code = steady_exit(&r.steady);
+    if a.common.strict && r.summary.failures > 0 {
+        eprintln!(
+            "strict check FAILED: {} answers a correct server would not give",
+            r.summary.failures
+        );
+        return Ok(code.max(4));
+    }
+    Ok(code)
 }
 
 /// A Steward run that does not return to idle fails the command.

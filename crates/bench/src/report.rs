@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::classes::{self, ClassCounts};
 use crate::client::Record;
 use crate::workload::Slo;
 
@@ -78,6 +79,14 @@ pub struct Summary {
     pub labelled_ttft_ms: BTreeMap<String, f64>,
     /// Worst gap of unlabelled streams while labelled requests were in flight.
     pub worst_gap_during_labelled_ms: Option<f64>,
+    /// Counts per request class (`classes.rs`).
+    #[serde(default)]
+    pub classes: BTreeMap<String, ClassCounts>,
+    /// Records a correct server would not have produced (`classes::failure`).
+    #[serde(default)]
+    pub failures: usize,
+    #[serde(default)]
+    pub failure_examples: Vec<String>,
 }
 
 pub fn summarize(records: &[Record], slo: &Slo) -> Summary {
@@ -176,6 +185,12 @@ pub fn summarize(records: &[Record], slo: &Slo) -> Summary {
         inter_chunk_gap_ms: gaps,
         labelled_ttft_ms,
         worst_gap_during_labelled_ms,
+        failures: records
+            .iter()
+            .filter(|r| classes::failure(r).is_some())
+            .count(),
+        failure_examples: classes::failure_examples(records, 20),
+        classes: classes::count(records),
     }
 }
 

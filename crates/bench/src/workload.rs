@@ -6,6 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::mix::{BadKind, GrammarKind, Kind, MixSpec};
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Workload {
@@ -33,10 +35,18 @@ pub struct Workload {
     /// of the arrival process (e.g. a long prompt arriving mid-run).
     #[serde(default)]
     pub injections: Vec<Injection>,
+    /// Request kinds mixed in (choices, grammars, unstreamed, bad inputs);
+    /// absent: every request is a plain streamed one.
+    #[serde(default)]
+    pub mix: MixSpec,
 }
 
 fn d_seed() -> u64 {
     1
+}
+
+fn is_zero(x: &u64) -> bool {
+    *x == 0
 }
 
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
@@ -50,8 +60,14 @@ pub enum Endpoint {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, rename_all = "lowercase", tag = "mode")]
 pub enum Arrival {
-    /// C clients, each sending its next conversation when the last ends.
-    Closed { concurrency: usize },
+    /// C clients, each sending its next conversation when the last ends;
+    /// one whose request was refused for load (429, 503) first waits
+    /// `backoff_ms` (as a client honouring `Retry-After` would).
+    Closed {
+        concurrency: usize,
+        #[serde(default, skip_serializing_if = "is_zero")]
+        backoff_ms: u64,
+    },
     /// Fixed rate, conversations per second.
     Rate { rate: f64 },
     /// Poisson arrivals at this mean rate.
@@ -148,6 +164,11 @@ pub enum CancelAt {
     Decode,
     /// Each cancelled request picks prefill or decode at random (seeded).
     Mixed,
+    /// Hang up `after_ms` after sending unless text has arrived, even while
+    /// the response head is still pending (queued for a slot, prefilling).
+    Queued,
+    /// Each cancelled request picks queued, prefill or decode (seeded).
+    Any,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -161,6 +182,10 @@ pub struct CancelSpec {
     pub after_ms: u64,
     #[serde(default = "d_after_chunks")]
     pub after_chunks: usize,
+    /// When set, each cancel's `after_ms` is drawn from
+    /// [after_ms, after_ms_max] (seeded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_ms_max: Option<u64>,
 }
 
 fn d_after_ms() -> u64 {
@@ -239,7 +264,7 @@ impl Workload {
             return bad("conversations must be at least 1".into());
         }
         match self.arrival {
-            Arrival::Closed { concurrency: 0 } => {
+            Arrival::Closed { concurrency: 0, .. } => {
                 return bad("arrival.concurrency must be at least 1".into())
             }
             Arrival::Rate { rate } | Arrival::Poisson { rate }
@@ -279,12 +304,26 @@ impl Workload {
         if !(0.0..=2.0).contains(&self.sampling.temperature) {
             return bad("sampling.temperature must be within [0, 2]".into());
         }
-        Ok(())
+        if self
+            .cancel
+            .after_ms_max
+            .is_some_and(|m| m < self.cancel.after_ms)
+        {
+            return bad("cancel.after_ms_max must be at least cancel.after_ms".into());
+        }
+        self.mix.validate().map_err(WorkloadError::Invalid)
     }
 
     pub fn with_concurrency(&self, c: usize) -> Self {
         let mut w = self.clone();
-        w.arrival = Arrival::Closed { concurrency: c };
+        let backoff_ms = match self.arrival {
+            Arrival::Closed { backoff_ms, .. } => backoff_ms,
+            _ => 0,
+        };
+        w.arrival = Arrival::Closed {
+            concurrency: c,
+            backoff_ms,
+        };
         w
     }
 }
@@ -297,6 +336,9 @@ pub struct TurnPlan {
     pub slow_bytes_per_s: Option<f64>,
     pub cancel: Option<(CancelAt, u64, usize)>,
     pub seed: Option<u64>,
+    /// What the `[mix]` table made of this request (default: plain).
+    #[serde(skip_serializing_if = "Kind::is_plain")]
+    pub kind: Kind,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -360,6 +402,9 @@ impl Workload {
             .map(|_| text_of(&mut rng, self.prompt.shared_prefix_tokens))
             .collect();
         let total_w: f64 = self.prompt.mix.iter().map(|b| b.weight).sum();
+        // The mix draws from a stream of its own: a workload without `[mix]`
+        // plans exactly what it planned before the table existed.
+        let mut mix_rng = Rng::new(self.seed ^ 0x6D69_7800);
         let mut out = Vec::new();
         for index in 0..self.conversations {
             let system = (self.prompt.shared_prefix_tokens > 0)
@@ -393,13 +438,16 @@ impl Workload {
                     self.cancel.after_chunks,
                 ));
                 let seed = self.sampling.seeded.then(|| rng.next_u64() >> 1);
-                turns.push(TurnPlan {
+                let mut turn = TurnPlan {
                     user_text: format!("Continue this text: {}", text_of(&mut rng, n)),
                     max_tokens,
                     slow_bytes_per_s: slow,
                     cancel,
                     seed,
-                });
+                    kind: Kind::default(),
+                };
+                self.mix_turn(&mut mix_rng, &mut turn);
+                turns.push(turn);
             }
             out.push(ConversationPlan {
                 index,
@@ -424,11 +472,58 @@ impl Workload {
                     slow_bytes_per_s: None,
                     cancel: None,
                     seed: None,
+                    kind: Kind::default(),
                 }],
                 at_ms: Some(inj.at_ms),
             });
         }
         out
+    }
+
+    /// Apply the `[mix]` table (and the cancel options it refines) to one
+    /// planned turn. Always the same draws per turn, whatever they decide.
+    fn mix_turn(&self, r: &mut Rng, t: &mut TurnPlan) {
+        let m = &self.mix;
+        let (bad, bad_pick) = (r.f64() < m.bad_fraction, r.next_u64());
+        let (n, grammar, schema) = (
+            r.f64() < m.n_fraction,
+            r.f64() < m.grammar_fraction,
+            r.f64(),
+        );
+        let unstreamed = r.f64() < m.unstreamed_fraction;
+        let (at_pick, ms_pick) = (r.next_u64() % 3, r.next_u64());
+        if let Some((at, ms, _)) = &mut t.cancel {
+            if *at == CancelAt::Any {
+                *at = [CancelAt::Queued, CancelAt::Prefill, CancelAt::Decode][at_pick as usize];
+            }
+            if let Some(max) = self.cancel.after_ms_max {
+                *ms += ms_pick % (max - *ms + 1);
+            }
+        }
+        if bad {
+            let kinds = if m.bad_kinds.is_empty() {
+                BadKind::ALL.to_vec()
+            } else {
+                m.bad_kinds.clone()
+            };
+            t.kind.bad = Some(kinds[(bad_pick % kinds.len() as u64) as usize]);
+            (t.cancel, t.slow_bytes_per_s) = (None, None);
+            return;
+        }
+        if n {
+            t.kind.n = Some(m.n);
+        }
+        if grammar {
+            t.kind.grammar = Some(if schema < 0.5 {
+                GrammarKind::JsonObject
+            } else {
+                GrammarKind::JsonSchema
+            });
+        }
+        if unstreamed {
+            t.kind.unstreamed = true;
+            (t.cancel, t.slow_bytes_per_s) = (None, None);
+        }
     }
 }
 
@@ -460,6 +555,7 @@ pub const BUILTINS: &[(&str, &str)] = &[
         "shared-system-1500",
         include_str!("../workloads/shared-system-1500.toml"),
     ),
+    ("soak", include_str!("../workloads/soak.toml")),
 ];
 
 pub fn builtin(name: &str) -> Option<&'static str> {
@@ -515,5 +611,61 @@ mod tests {
                 assert!(t.max_tokens >= w.output.min_tokens && t.max_tokens <= w.output.max_tokens);
             }
         }
+    }
+
+    #[test]
+    fn mix_draws_its_own_stream_and_keeps_its_fractions() {
+        let base = Workload::load("chat-mixed").unwrap();
+        let mut w = base.clone();
+        w.conversations = 24;
+        w.mix = MixSpec {
+            n_fraction: 0.3,
+            grammar_fraction: 0.3,
+            bad_fraction: 0.2,
+            ..Default::default()
+        };
+        // The main stream is untouched: same prompts and lengths as without the mix.
+        for (a, b) in w.plan().iter().zip(base.plan()) {
+            assert_eq!(a.turns[0].user_text, b.turns[0].user_text);
+            assert_eq!(a.turns[0].max_tokens, b.turns[0].max_tokens);
+            assert!(b.turns[0].kind.is_plain());
+        }
+        let soak = Workload::load("soak").unwrap();
+        assert_eq!(soak.conversations, 10_000);
+        let p = soak.plan();
+        let frac = |f: &dyn Fn(&TurnPlan) -> bool| {
+            p.iter().filter(|c| f(&c.turns[0])).count() as f64 / p.len() as f64
+        };
+        let near = |x: f64, want: f64| (x - want).abs() < 0.02;
+        let bad = frac(&|t| t.kind.bad.is_some());
+        assert!(near(bad, 0.10), "{bad}");
+        // Bad inputs are nothing else; the other kinds are drawn among the rest.
+        assert!(near(frac(&|t| t.kind.n == Some(3)), 0.05 * 0.9));
+        assert!(near(frac(&|t| t.kind.grammar.is_some()), 0.10 * 0.9));
+        assert!(near(frac(&|t| t.cancel.is_some()), 0.10 * 0.9 * 0.95));
+        for k in BadKind::ALL {
+            assert!(frac(&|t| t.kind.bad == Some(k)) > 0.005, "{k:?}");
+        }
+        for at in [CancelAt::Queued, CancelAt::Prefill, CancelAt::Decode] {
+            assert!(
+                frac(&|t| t.cancel.is_some_and(|c| c.0 == at)) > 0.02,
+                "{at:?}"
+            );
+        }
+        for c in &p {
+            let t = &c.turns[0];
+            if let Some((_, ms, _)) = t.cancel {
+                assert!((50..=600).contains(&ms));
+            }
+            if t.kind.bad.is_some() || t.kind.unstreamed {
+                assert!(t.cancel.is_none() && t.slow_bytes_per_s.is_none());
+            }
+        }
+        assert_eq!(p, soak.plan());
+        let bad_mix = builtin("soak").unwrap().replace("n = 3", "n = 1");
+        assert!(Workload::parse(&bad_mix)
+            .unwrap_err()
+            .to_string()
+            .contains("mix.n"));
     }
 }

@@ -146,7 +146,7 @@ impl Pool {
 /// the process, which no `catch_unwind` stops). The size limits bound the
 /// depth (64 KiB of schema is under ~2,000 levels); this leaves a wide
 /// margin. Only the pages a compile touches are ever committed.
-const GRAMMAR_STACK: usize = 256 << 20;
+pub const GRAMMAR_STACK: usize = 256 << 20;
 
 /// ChatML, used when the GGUF carries no template.
 const FALLBACK_TEMPLATE: &str = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
@@ -176,19 +176,15 @@ fn raise_exception(msg: String) -> Result<String, JinjaError> {
 
 impl Preparer {
     pub(crate) fn new(model: Arc<LoadedModel>, config: &EngineConfig) -> Self {
-        let mut env = Environment::new();
-        minijinja_contrib::add_to_environment(&mut env);
-        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-        env.add_function("raise_exception", raise_exception);
         let source = model.facts.chat_template.clone().unwrap_or_else(|| {
             tracing::warn!("the GGUF has no chat template; using ChatML");
             FALLBACK_TEMPLATE.to_string()
         });
         let template_has_tools = source.contains("tools");
-        if let Err(e) = env.add_template_owned("chat", source) {
+        let env = environment(source).unwrap_or_else(|e| {
             tracing::warn!(error = %e, "chat template does not compile; using ChatML");
-            let _ = env.add_template_owned("chat", FALLBACK_TEMPLATE.to_string());
-        }
+            environment(FALLBACK_TEMPLATE.to_string()).unwrap_or_else(|_| Environment::new())
+        });
         let text_of = |t: Option<TokenId>| {
             t.and_then(|t| model.vocab.token_text_special.get(t as usize))
                 .map(|b| String::from_utf8_lossy(b).into_owned())
@@ -517,6 +513,44 @@ fn tool_messages<'a>(
     }
     (out, None)
 }
+
+/// The template environment for `source` (Hugging Face conventions: the
+/// Python string methods, `raise_exception`, the builtins).
+fn environment(source: String) -> Result<Environment<'static>, JinjaError> {
+    let mut env = Environment::new();
+    minijinja_contrib::add_to_environment(&mut env);
+    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+    env.add_function("raise_exception", raise_exception);
+    env.add_template_owned("chat", source)?;
+    Ok(env)
+}
+
+/// A chat as one template renders it, the client's strings protected and
+/// the result in tokenizer pieces (text, parse special tokens): the
+/// prepare path without a model, for tests and fuzzing. `specials`: the
+/// control tokens' texts.
+pub fn render_pieces(
+    source: &str,
+    specials: &[&str],
+    messages: Vec<TemplateMessage>,
+    tools: Option<ToolSpec>,
+) -> Result<Vec<(String, bool)>, PrepareError> {
+    let env = environment(source.to_string()).map_err(|e| PrepareError::Template(e.to_string()))?;
+    let sp = crate::literal::Specials::new(specials.iter().map(|s| s.to_string()));
+    let mut lits = crate::literal::Literals::default();
+    let (messages, tools) = protect(&mut lits, &sp, messages, tools)
+        .map_err(|e| PrepareError::Template(e.to_string()))?;
+    let (messages, tools) = tool_messages(tools.is_some(), &messages, tools.as_ref());
+    let text = render(&env, &messages, tools, "", "")?;
+    Ok(lits
+        .split(&text)
+        .into_iter()
+        .map(|(t, sp)| (t.to_string(), sp))
+        .collect())
+}
+
+/// The fallback template (ChatML), for tests and fuzzing.
+pub const CHATML: &str = FALLBACK_TEMPLATE;
 
 fn render(
     env: &Environment<'static>,

@@ -226,9 +226,13 @@ impl From<GenerationError> for ApiError {
                 e.to_string(),
                 "shutting_down",
             ),
-            GenerationError::Runtime(_) | GenerationError::Constraint(_) => {
-                Self::internal(e.to_string())
-            }
+            GenerationError::Runtime(_) => Self::internal(e.to_string()),
+            // The grammar could not be followed (too costly to mask, or it
+            // allows no token): the request's grammar, not the server.
+            GenerationError::Constraint(_) => ApiError {
+                code: "invalid_grammar",
+                ..Self::invalid(e.to_string(), None)
+            },
             GenerationError::DeadlineExceeded(_) => ApiError {
                 status: StatusCode::GATEWAY_TIMEOUT,
                 message: e.to_string(),

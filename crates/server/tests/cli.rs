@@ -134,7 +134,9 @@ fn sigterm_drains_in_flight_streams_refuses_new_ones_and_exits_zero() {
         let stream = tokio::spawn(async move {
             c.post(format!("{b}/v1/completions"))
                 .json(
-                    &serde_json::json!({"prompt": "Once upon a time", "max_tokens": 80,
+                    // Long enough to be still in flight while the
+                    // drain is checked below, on a fast machine too.
+                    &serde_json::json!({"prompt": "Once upon a time", "max_tokens": 400,
                     "ignore_eos": true, "stream": true, "temperature": 0}),
                 )
                 .send()
@@ -144,7 +146,22 @@ fn sigterm_drains_in_flight_streams_refuses_new_ones_and_exits_zero() {
                 .await
                 .unwrap()
         });
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // Running (not a fixed sleep: on a loaded machine the request may
+        // take a while to arrive)...
+        for _ in 0..500 {
+            let live = client
+                .get(format!("{base}/debug/requests"))
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            if live.contains("\"decoding\"") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         // ...then SIGTERM.
         let _ = Command::new("kill")
             .args(["-TERM", &child.id().to_string()])

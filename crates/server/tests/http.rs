@@ -174,7 +174,7 @@ async fn every_bad_input_gets_an_openai_error() {
             c,
             format!(r#"{{{msgs},"max_tokens":100000}}"#),
             400,
-            "context_length_exceeded",
+            "invalid_value",
         ),
         (
             c,
@@ -230,6 +230,7 @@ async fn api_key_guards_v1_but_not_health() {
         .client
         .post(format!("{}/v1/chat/completions", s.base))
         .header("authorization", "Bearer wrong")
+        .header("content-type", "application/json")
         .body(body.clone())
         .send()
         .await
@@ -239,6 +240,7 @@ async fn api_key_guards_v1_but_not_health() {
         .client
         .post(format!("{}/v1/chat/completions", s.base))
         .header("authorization", "Bearer sekret")
+        .header("content-type", "application/json")
         .body(body)
         .send()
         .await
@@ -336,7 +338,13 @@ async fn full_queue_answers_429_with_retry_after() {
         let url = format!("{}/v1/chat/completions", s.base);
         let body = body.clone();
         tasks.push(tokio::spawn(async move {
-            let r = client.post(url).body(body).send().await.unwrap();
+            let r = client
+                .post(url)
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await
+                .unwrap();
             let st = r.status().as_u16();
             let ra = r.headers().get("retry-after").is_some();
             let v: Value = r.json().await.unwrap();
@@ -376,7 +384,16 @@ async fn queue_timeout_is_503_and_rejections_leave_no_reservation() {
         let client = s.client.clone();
         let url = format!("{}/v1/chat/completions", s.base);
         let body = long.to_string();
-        tokio::spawn(async move { client.post(url).body(body).send().await.unwrap().status() })
+        tokio::spawn(async move {
+            client
+                .post(url)
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await
+                .unwrap()
+                .status()
+        })
     };
     tokio::time::sleep(Duration::from_millis(150)).await;
     for stream in [false, true] {
