@@ -16,19 +16,22 @@ command -v cargo-fuzz >/dev/null 2>&1 || cargo install --locked cargo-fuzz@0.13.
 # cargo-fuzz passes unstable flags; the stable toolchain accepts them so.
 export RUSTC_BOOTSTRAP=1
 cd fuzz
-cargo fuzz build -O -s none "${targets[@]/#/}" 2>&1 | tail -3 || true
 for t in "${targets[@]}"; do
   cargo fuzz build -O -s none "$t" >/dev/null
   mkdir -p "corpus/$t"
   seeds=()
   [ -d "seeds/$t" ] && seeds=("seeds/$t")
   echo "== fuzz $t (${secs}s)"
+  log="$(mktemp)"
+  rc=0
   cargo fuzz run -O -s none "$t" "corpus/$t" "${seeds[@]}" -- \
-    -max_total_time="$secs" -rss_limit_mb=4096 -max_len=65536 -print_final_stats=1 2>&1 \
-    | grep -E "^(stat::number_of_executed_units|stat::peak_rss_mb|==|INFO: Running with)|crash|panicked|Done" || true
-  # libFuzzer exits non-zero on a crash; cargo fuzz run propagates it.
-  if [ "${PIPESTATUS[0]}" -ne 0 ]; then
-    echo "fuzz $t: CRASH (see fuzz/artifacts/$t)"; exit 1
+    -max_total_time="$secs" -rss_limit_mb=4096 -max_len=65536 -print_final_stats=1 >"$log" 2>&1 || rc=$?
+  grep -E "^(Done|stat::number_of_executed_units|stat::peak_rss_mb)|panicked|ERROR" "$log" || true
+  if [ "$rc" -ne 0 ]; then
+    tail -20 "$log"
+    echo "fuzz $t: CRASH (exit $rc; input under fuzz/artifacts/$t)"
+    exit 1
   fi
+  rm -f "$log"
 done
 echo "fuzz: 0 crashes"

@@ -33,8 +33,14 @@ fuzz_target!(|data: &[u8]| {
     for s in &stops {
         assert!(!out.contains(s.as_str()), "emitted stop {s:?}: {out:?}");
     }
-    let all = String::from_utf8_lossy(&body.iter().copied().filter(|&b| b != 0xFF).collect::<Vec<_>>())
-        .into_owned();
+    let all = String::from_utf8_lossy(
+        &body
+            .iter()
+            .copied()
+            .filter(|&b| b != 0xFF)
+            .collect::<Vec<_>>(),
+    )
+    .into_owned();
     if !all.contains('\u{FFFD}') {
         assert!(all.starts_with(&out), "{out:?} not a prefix of {all:?}");
     }

@@ -14,7 +14,9 @@ fn vocab() -> Vocab {
         v.token_text_special.push(vec![b].into_boxed_slice());
         v.eog.push(false);
     }
-    for w in ["true", "false", "null", "\"a\"", "{\"", "\": ", ", ", "[", "]", "}"] {
+    for w in [
+        "true", "false", "null", "\"a\"", "{\"", "\": ", ", ", "[", "]", "}",
+    ] {
         v.token_bytes.push(w.as_bytes().into());
         v.token_text_special.push(w.as_bytes().into());
         v.eog.push(false);

@@ -10,7 +10,9 @@ const SPECIALS: [&str; 3] = ["<|im_start|>", "<|im_end|>", "<|endoftext|>"];
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);
-    let roles = ["system", "user", "assistant", "tool"];
+    // (A `tool` message is rewritten as a user turn for templates without
+    // tools; the Hermes rewrite has its own tests.)
+    let roles = ["system", "user", "assistant"];
     let messages: Vec<TemplateMessage> = text
         .split('\u{1}')
         .take(64)
@@ -34,8 +36,16 @@ fuzz_target!(|data: &[u8]| {
     let parsed: usize = pieces
         .iter()
         .filter(|p| p.1)
-        .map(|p| SPECIALS.iter().map(|s| p.0.matches(s).count()).sum::<usize>())
+        .map(|p| {
+            SPECIALS
+                .iter()
+                .map(|s| p.0.matches(s).count())
+                .sum::<usize>()
+        })
         .sum();
     let turns = want.matches("<|im_start|>").count();
-    assert!(parsed <= 2 * turns, "{parsed} specials parsed for {turns} turns");
+    assert!(
+        parsed <= 2 * turns,
+        "{parsed} specials parsed for {turns} turns"
+    );
 });

@@ -17,7 +17,9 @@ fuzz_target!(|data: &[u8]| {
                 assert!(spec.n >= 1 && spec.n <= l.max_n);
                 assert!(spec.stop.len() <= l.max_stop);
                 assert!(spec.stop.iter().all(|s| s.len() <= l.max_stop_bytes));
-                assert!(spec.timeout_s.is_none_or(|t| t > 0.0 && t <= l.max_timeout_s));
+                assert!(spec
+                    .timeout_s
+                    .is_none_or(|t| t > 0.0 && t <= l.max_timeout_s));
                 assert!(spec.sampling.temperature.is_finite());
             }
         }

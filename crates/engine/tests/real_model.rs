@@ -452,3 +452,45 @@ async fn aligned_chunks_equal_solo() {
         "{batch} computed for {whole} prompt tokens"
     );
 }
+
+/// Grammar compiles have their own bounded pool: while it is full (compiles
+/// queued past `grammar_queue` are refused at once), tokenization still
+/// answers. (They shared the one tokenizer thread: a slow compile held up
+/// every request.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grammar_compiles_do_not_hold_up_tokenization() {
+    use steward_engine::constraint::Grammar;
+    use steward_engine::PrepareError;
+    let h = engine_with(1, 64, |c| {
+        c.grammar_threads = 1;
+        c.grammar_queue = 1;
+    })
+    .await;
+    // A grammar that takes a while to compile (thousands of alternatives).
+    let mut lark = String::from("start: w\nw: ");
+    for i in 0..3000 {
+        if i > 0 {
+            lark.push_str(" | ");
+        }
+        lark.push_str(&format!("\"word{i}x{}\"", i * 7919 % 10007));
+    }
+    let compiles: Vec<_> = (0..4)
+        .map(|_| {
+            let h = h.clone();
+            let g = Grammar::Lark(lark.clone());
+            tokio::spawn(async move { h.preparer().constraint(g).await.map(|_| ()) })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let toks = prompt_tokens(&h, "Still answering?").await;
+    assert!(!toks.is_empty());
+    let mut busy = 0;
+    for c in compiles {
+        match c.await.unwrap() {
+            Ok(()) => {}
+            Err(PrepareError::GrammarBusy(_)) => busy += 1,
+            Err(e) => panic!("unexpected {e}"),
+        }
+    }
+    assert!(busy >= 1, "a full grammar queue refuses at once");
+}
