@@ -325,16 +325,13 @@ impl Sequence {
             }
             None => logits,
         };
-        let tok = self.sampler.sample(logits, banned);
-        // NaN or -inf everywhere (a broken row): no token can be chosen.
-        // This request fails; the others in the step are unaffected.
-        if logits
-            .get(tok as usize)
-            .is_none_or(|l| l.is_nan() || *l == f32::NEG_INFINITY)
-        {
+        // NaN or -inf everywhere (a broken row, or every token masked): no
+        // token can be chosen. This request fails; the others in the step
+        // are unaffected.
+        let Some(tok) = self.sampler.sample(logits, banned) else {
             self.fail_runtime("the model produced no finite logits for this request");
             return;
-        }
+        };
         if let Some(top) = self.logprobs {
             self.unsent_lp.push(logprob_of(logits, tok, top));
         }
