@@ -30,13 +30,22 @@ declare -A body=(
   [default]='{"temperature":1,"top_p":1}'
   [typical]='{"temperature":0.7,"top_p":0.9,"top_k":40}'
 )
+# Owner-thread host time per generated token (everything but the runtime's
+# own step time: planning, batch building, sampling, detokenizing, emitting),
+# from Steward's counters around each setting's run.
+host() {
+  curl -s http://127.0.0.1:8421/metrics | awk '/^steward_step_host_seconds_total /{h=$2} /^steward_generation_tokens_total /{g=$2} END{print h, g}'
+}
 for s in ${SETTINGS:-greedy default typical}; do
   echo "== $s: ${body[$s]}"
+  before="$(host)"
   $bin/steward-bench compare --url http://127.0.0.1:8421 --name steward-q8_0 \
     --url http://127.0.0.1:8422 --name llama-server-q8_0 \
     --workload uniform-128 --ignore-eos --extra-body "${body[$s]}" \
     --levels "${LEVELS:-1,4,16,32}" --per-client "${PER_CLIENT:-2}" --settle-s 3 \
     --out "$out/compare-$s.json" --html "$out/compare-$s.html" 2>"$out/bench-$s.log"
+  after="$(host)"
+  echo "$s $before $after" | awk '{printf "%s: Steward host work %.1f us per generated token (%d tokens)\n", $1, ($4-$2)*1e6/($5-$3), $5-$3}' | tee -a "$out/host.txt"
 done
 if [ -n "${GUIDELLM:-}" ]; then
   : "${GUIDELLM_TOKENIZER:?set GUIDELLM_TOKENIZER to a local tokenizer folder}"

@@ -5,8 +5,8 @@
 //! - `max_connections`: past it a connection gets one canned 503 (JSON,
 //!   `connection: close`) and is closed; `/health` keeps answering for the
 //!   connections already open, and file descriptors cannot run out.
-//! - `header_timeout`: the request line and headers must arrive within it
-//!   (hyper's `header_read_timeout`): a half-sent request is dropped.
+//! - `header_timeout`: the request line and headers must arrive within it,
+//!   counted from their first byte: a half-sent request is dropped.
 //! - `idle_timeout`: a connection with no request in flight and no bytes
 //!   either way for this long is closed (keep-alive or never used).
 //! - the body-read timeout and size cap are the `read_body` middleware's
@@ -180,14 +180,22 @@ async fn connection(
             })
         }
     });
+    // Hyper's own header timer also runs while a kept-alive connection waits
+    // for its next request (it closed idle connections at the header
+    // timeout): both timeouts are the watchdog's below instead.
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_timeout)
+        .header_read_timeout(None)
         .keep_alive(true);
     let conn = builder.serve_connection(io, svc);
     tokio::pin!(conn);
-    let mut tick = tokio::time::interval(limits.idle_timeout.min(Duration::from_secs(1)));
+    let period = limits
+        .idle_timeout
+        .min(limits.header_timeout)
+        .min(Duration::from_secs(1))
+        .max(Duration::from_millis(10));
+    let mut tick = tokio::time::interval(period);
     let mut stopping = false;
     loop {
         tokio::select! {
@@ -202,6 +210,10 @@ async fn connection(
                 conn.as_mut().graceful_shutdown();
             }
             _ = tick.tick() => {
+                if activity.head_for() >= limits.header_timeout {
+                    tracing::debug!("request headers too slow; connection closed");
+                    return;
+                }
                 if activity.idle_for() >= limits.idle_timeout {
                     tracing::debug!("idle connection closed");
                     return;
@@ -216,6 +228,9 @@ struct Activity {
     start: Instant,
     /// Milliseconds since `start` of the last byte read or written.
     last_ms: AtomicU64,
+    /// 1 + milliseconds since `start` of the first byte of a request whose
+    /// headers are not complete yet (0: none).
+    head_ms: AtomicU64,
     in_flight: AtomicUsize,
 }
 
@@ -224,13 +239,39 @@ impl Activity {
         Activity {
             start: Instant::now(),
             last_ms: AtomicU64::new(0),
+            head_ms: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
         }
     }
 
+    fn now_ms(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
+    }
+
     fn touch(&self) {
-        let ms = self.start.elapsed().as_millis() as u64;
-        self.last_ms.store(ms, Ordering::Relaxed);
+        self.last_ms.store(self.now_ms(), Ordering::Relaxed);
+    }
+
+    /// Bytes arrived: with no request in flight they begin the next one's
+    /// headers (the header timeout starts).
+    fn read(&self) {
+        self.touch();
+        if self.in_flight.load(Ordering::Acquire) == 0 {
+            let _ = self.head_ms.compare_exchange(
+                0,
+                self.now_ms() + 1,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            );
+        }
+    }
+
+    /// How long a request's headers have been arriving.
+    fn head_for(&self) -> Duration {
+        match self.head_ms.load(Ordering::Acquire) {
+            0 => Duration::ZERO,
+            t => Duration::from_millis(self.now_ms().saturating_sub(t - 1)),
+        }
     }
 
     /// Zero while a request is in flight (a long non-streamed request moves
@@ -249,6 +290,8 @@ struct InFlight(Arc<Activity>);
 impl InFlight {
     fn new(a: Arc<Activity>) -> Self {
         a.in_flight.fetch_add(1, Ordering::AcqRel);
+        // The headers are complete: their timeout no longer runs.
+        a.head_ms.store(0, Ordering::Release);
         InFlight(a)
     }
 }
@@ -301,7 +344,7 @@ impl AsyncRead for Tracked {
         let before = buf.filled().len();
         let r = Pin::new(&mut self.inner).poll_read(cx, buf);
         if buf.filled().len() > before {
-            self.activity.touch();
+            self.activity.read();
         }
         r
     }

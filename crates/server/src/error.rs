@@ -44,9 +44,14 @@ impl ApiError {
     }
 
     pub fn model_not_found(name: &str) -> Self {
+        // Quoted up to 128 characters: the error never echoes a huge field.
+        let shown: String = name.chars().take(128).collect();
+        let more = if shown.len() < name.len() { "…" } else { "" };
         ApiError {
             status: StatusCode::NOT_FOUND,
-            message: format!("The model `{name}` does not exist or you do not have access to it."),
+            message: format!(
+                "The model `{shown}{more}` does not exist or you do not have access to it."
+            ),
             kind: "invalid_request_error",
             param: Some("model".into()),
             code: "model_not_found",

@@ -413,7 +413,13 @@ fn request_id(headers: &HeaderMap, prefix: &str, seq: u64) -> String {
     headers
         .get("x-request-id")
         .and_then(|v| v.to_str().ok())
-        .filter(|v| !v.is_empty() && v.len() <= 128 && v.is_ascii())
+        // A token of safe characters only: it goes into every log line.
+        .filter(|v| {
+            !v.is_empty()
+                && v.len() <= 128
+                && v.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_.:/+".contains(&b))
+        })
         .map(str::to_string)
         .unwrap_or_else(|| format!("{prefix}-{:x}{:06x}", now_secs(), seq))
 }
@@ -500,8 +506,9 @@ async fn run(
     // Text certainly longer than the context is refused before the template
     // and the tokenizer spend time on it (a token covers at most the
     // vocabulary's longest token of text).
+    let tool_bytes = spec.tools.as_ref().map_or(0, |t| t.tools.to_string().len());
     let text_bytes = match &input {
-        PromptInput::Chat(m) => m.iter().map(|m| m.content.len()).sum(),
+        PromptInput::Chat(m) => tool_bytes + m.iter().map(|m| m.content.len()).sum::<usize>(),
         PromptInput::Text(t) => t.len(),
         PromptInput::Tokens(_) => 0,
     };

@@ -48,7 +48,7 @@ impl Default for Limits {
             max_stop: 4,
             max_stop_bytes: 256,
             max_grammar_bytes: 64 << 10,
-            max_schema_depth: 32,
+            max_schema_depth: 64,
             max_n: 16,
             max_logprob_entries: 1 << 20,
             max_timeout_s: 86_400.0 * 365.0,

@@ -263,7 +263,7 @@ struct LimitArgs {
     #[arg(long, default_value_t = 64 << 10)]
     max_grammar_bytes: usize,
     /// Deepest nesting of a JSON schema.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 64)]
     max_schema_depth: usize,
     /// Most choices (`n`) per request.
     #[arg(long, default_value_t = 16)]

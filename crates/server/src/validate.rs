@@ -173,28 +173,21 @@ fn fields(
             ))
         }
     };
-    let max_tokens = match (s.max_completion_tokens, s.max_tokens) {
-        (Some(v), _) => Some((v, "max_completion_tokens")),
-        (None, Some(v)) => Some((v, "max_tokens")),
-        _ => None,
-    };
-    let max_tokens = match max_tokens {
-        None => None,
-        Some((0, name)) if completions => {
-            let _ = name;
-            Some(0)
-        }
-        Some((v, name)) if (1..=i64::from(u32::MAX)).contains(&v) => {
-            let _ = name;
-            Some(v as u32)
-        }
-        Some((v, name)) => {
-            return Err(ApiError::invalid_value(
-                format!("`{name}` must be at least 1; got {v}"),
+    // Both fields are checked when both are given; `max_completion_tokens`
+    // wins.
+    let check = |v: Option<i64>, name: &'static str| -> Result<Option<u32>, ApiError> {
+        match v {
+            None => Ok(None),
+            Some(0) if completions => Ok(Some(0)),
+            Some(v) if (1..=i64::from(u32::MAX)).contains(&v) => Ok(Some(v as u32)),
+            Some(v) => Err(ApiError::invalid_value(
+                format!("`{name}` must be between 1 and {}; got {v}", u32::MAX),
                 name,
-            ))
+            )),
         }
     };
+    let max_tokens = check(s.max_completion_tokens, "max_completion_tokens")?
+        .or(check(s.max_tokens, "max_tokens")?);
     let stop = s.stop.map(|s| s.into_vec()).unwrap_or_default();
     if stop.len() > l.max_stop {
         return Err(ApiError::invalid_value(
@@ -396,6 +389,20 @@ pub fn chat(body: &[u8], seq: u64, l: &Limits) -> Result<(GenSpec, PromptInput),
             ));
         }
     }
+    if let Some(Value::Array(ts)) = &r.tools {
+        for (i, t) in ts.iter().enumerate() {
+            let depth = crate::limits::json_depth(&t["function"]["parameters"]);
+            if depth > l.max_schema_depth {
+                return Err(ApiError::invalid_value(
+                    format!(
+                        "`tools[{i}].function.parameters` nests {depth} levels deep; the limit is {} (--max-schema-depth)",
+                        l.max_schema_depth
+                    ),
+                    "tools",
+                ));
+            }
+        }
+    }
     let plan = tools::plan(r.tools, r.tool_choice, r.parallel_tool_calls)?;
     let format = response_format(r.response_format)?;
     if r.messages.is_empty() {
@@ -449,6 +456,12 @@ pub fn chat(body: &[u8], seq: u64, l: &Limits) -> Result<(GenSpec, PromptInput),
                 for (j, p) in parts.into_iter().enumerate() {
                     match (p.kind.as_str(), p.text) {
                         ("text", Some(t)) => s.push_str(&t),
+                        ("text", None) => {
+                            return Err(ApiError::invalid_value(
+                                format!("{param}.content[{j}]: a `text` part needs a string `text`"),
+                                &format!("{param}.content"),
+                            ))
+                        }
                         (kind, _) => {
                             return Err(ApiError::unsupported(
                                 format!("{param}.content[{j}]: content part type `{kind}` is not supported by this text model"),
@@ -551,9 +564,21 @@ pub fn completion(
         PromptSpec::Texts(v) if v.len() == 1 => {
             PromptInput::Text(v.into_iter().next().unwrap_or_default())
         }
+        PromptSpec::Texts(v) if v.is_empty() => {
+            return Err(ApiError::invalid(
+                "`prompt` must not be empty",
+                Some("prompt"),
+            ))
+        }
         PromptSpec::Texts(_) => return Err(one()),
         PromptSpec::Tokens(t) => PromptInput::Tokens(tokens_ok(&t)?),
         PromptSpec::TokenLists(v) if v.len() == 1 => PromptInput::Tokens(tokens_ok(&v[0])?),
+        PromptSpec::TokenLists(v) if v.is_empty() => {
+            return Err(ApiError::invalid(
+                "`prompt` must not be empty",
+                Some("prompt"),
+            ))
+        }
         PromptSpec::TokenLists(_) => return Err(one()),
     };
     if matches!(&input, PromptInput::Text(s) if s.is_empty()) {

@@ -99,8 +99,8 @@ async fn body_limits_content_type_and_cors() {
 async fn slow_idle_and_excess_connections_are_closed() {
     let conn = ConnLimits {
         max_connections: 3,
-        header_timeout: Duration::from_millis(800),
-        idle_timeout: Duration::from_millis(800),
+        header_timeout: Duration::from_millis(500),
+        idle_timeout: Duration::from_millis(1500),
         close_grace: Duration::from_millis(200),
     };
     let opts = ServerOptions {
@@ -116,6 +116,22 @@ async fn slow_idle_and_excess_connections_are_closed() {
         read_until_closed(&mut idle, wait).await.is_some(),
         "idle connection left open"
     );
+    // A kept-alive connection idle for longer than the header timeout (but
+    // not the idle timeout) still serves its next request.
+    let mut ka = TcpStream::connect(&addr).await.unwrap();
+    let get = b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n";
+    ka.write_all(get).await.unwrap();
+    let mut buf = [0u8; 512];
+    let n = ka.read(&mut buf).await.unwrap();
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    ka.write_all(get).await.unwrap();
+    let n = ka.read(&mut buf).await.unwrap();
+    assert!(
+        buf[..n].starts_with(b"HTTP/1.1 200"),
+        "kept-alive connection closed early"
+    );
+    drop(ka);
     // Half-sent headers: closed by the header timeout.
     let mut half = TcpStream::connect(&addr).await.unwrap();
     half.write_all(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n")
@@ -327,4 +343,38 @@ async fn chat_text_never_becomes_special_tokens() {
         .await;
     assert_eq!(st, 200, "{v}");
     assert!(v["usage"]["prompt_tokens"].as_i64().unwrap() <= 4, "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logprobs_under_a_grammar_list_only_tokens_that_could_be_chosen() {
+    let s = server().await;
+    let body = chat_body(
+        "yes or no?",
+        json!({"max_tokens": 4, "grammar": "start: \"yes\" | \"no\"", "logprobs": true, "top_logprobs": 20}),
+    );
+    let (st, _, v) = s.post("/v1/chat/completions", &body.to_string()).await;
+    assert_eq!(st, 200, "{v}");
+    let content = v["choices"][0]["logprobs"]["content"].as_array().unwrap();
+    assert!(!content.is_empty());
+    for t in content {
+        for alt in t["top_logprobs"].as_array().unwrap() {
+            assert!(alt["logprob"].is_number(), "masked token listed: {alt}");
+        }
+    }
+    // The legacy shape keys alternatives by text: no empty-text collapse.
+    let (st, _, v) = s
+        .post(
+            "/v1/completions",
+            r#"{"prompt":"yes or no?","max_tokens":2,"grammar":"start: \"yes\" | \"no\"","logprobs":20}"#,
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    for alts in v["choices"][0]["logprobs"]["top_logprobs"]
+        .as_array()
+        .unwrap()
+    {
+        for (_, lp) in alts.as_object().unwrap() {
+            assert!(lp.is_number(), "{alts}");
+        }
+    }
 }

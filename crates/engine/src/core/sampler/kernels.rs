@@ -117,9 +117,12 @@ pub fn logprob_of(logits: &[f32], token: TokenId, top_n: usize) -> crate::stream
         top_set(row, n, &mut maxima, &mut top);
         top.sort_unstable_by(order);
     }
-    let fill = (0..logits.len()).filter(|&i| logits[i] == f32::NEG_INFINITY);
-    let fill: Vec<usize> = fill.take(n - top.len()).collect();
-    let ids = top.iter().map(|c| c.id as usize).chain(fill);
+    // Only tokens that could have been chosen: a grammar's masked tokens
+    // (-inf) are not alternatives (their logprob would be null on the wire).
+    let ids = top
+        .iter()
+        .filter(|c| c.v > f32::NEG_INFINITY)
+        .map(|c| c.id as usize);
     crate::stream::TokenLogprob {
         token,
         logprob: lp(token),

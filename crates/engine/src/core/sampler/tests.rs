@@ -528,7 +528,10 @@ fn logprobs_match_an_exact_log_softmax_and_a_full_sort() {
             .map(|&x| f64::from(x - max).exp())
             .sum();
         let lse = f64::from(max) + sum.ln();
-        let mut sorted: Vec<usize> = (0..row.len()).filter(|&i| !row[i].is_nan()).collect();
+        // Alternatives are the tokens that could be chosen: finite ones.
+        let mut sorted: Vec<usize> = (0..row.len())
+            .filter(|&i| row[i] > f32::NEG_INFINITY)
+            .collect();
         sorted.sort_by(|&a, &b| row[b].partial_cmp(&row[a]).unwrap().then(a.cmp(&b)));
         for n in [0, 1, 5, 20, 200] {
             let got = logprob_of(row, 1, n);
