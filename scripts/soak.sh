@@ -49,9 +49,10 @@ fi
 
 PORT="${PORT:-$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')}"
 url="http://127.0.0.1:$PORT"
-server_pid="" sampler_pid="" progress_pid=""
+server_pid="" sampler_pid="" progress_pid="" bench_pid=""
 cleanup() {
   touch "$OUT/.stop"
+  [[ -n $bench_pid ]] && kill "$bench_pid" 2>/dev/null
   [[ -n $progress_pid ]] && kill "$progress_pid" 2>/dev/null
   [[ -n $sampler_pid ]] && kill "$sampler_pid" 2>/dev/null
   [[ -n $server_pid ]] && kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null
@@ -88,10 +89,18 @@ gauges = [
     ("finished", "steward_requests_finished_total"), ("cancelled", "steward_requests_cancelled_total"),
     ("failed", "steward_requests_failed_total"), ("http_responses", "steward_http_responses_total"),
     ("prompt_after_cancel", "steward_prompt_tokens_after_cancel_total"),
+    ("steps", "steward_steps_total"), ("step_max_s", "steward_step_duration_max_seconds"),
 ]
 terms = ["weights", "live_state", "reserved_growth", "kv_free", "kv_pool", "cached_prefixes",
          "host_prefixes", "compute_buffers", "other", "rss"]
-cols = ["t_s", "phase", "rss_mib"] + [g[0] for g in gauges] + ["mem_" + t + "_mib" for t in terms]
+cols = (["t_s", "phase", "rss_mib"] + [g[0] for g in gauges] + ["mem_" + t + "_mib" for t in terms]
+        + ["server_cpu_pct", "others_cpu_pct"])
+hz = os.sysconf("SC_CLK_TCK")
+def cpu():  # (the server's CPU ticks, all busy ticks of the host)
+    st = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    host = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+    return int(st[11]) + int(st[12]), sum(host) - host[3] - host[4]
+last_cpu, last_t = cpu(), time.time()
 f = open(os.path.join(out, "samples.csv"), "w")
 f.write(",".join(cols) + "\n")
 t0 = time.time()
@@ -122,6 +131,14 @@ while not os.path.exists(os.path.join(out, ".stop")):
     row = [f"{t - t0:.1f}", phase, f"{int(rss) / 1024:.1f}"]
     row += ["" if g not in m else f"{m[g]:g}" for _, g in gauges]
     row += ["" if "mem:" + x not in m else f"{m['mem:' + x] / 2**20:.1f}" for x in terms]
+    try:
+        now_cpu, now_t = cpu(), time.time()
+    except OSError:
+        break
+    dt = max(1e-3, now_t - last_t) * hz / 100.0
+    mine, host = now_cpu[0] - last_cpu[0], now_cpu[1] - last_cpu[1]
+    row += [f"{mine / dt:.0f}", f"{max(0, host - mine) / dt:.0f}"]
+    last_cpu, last_t = now_cpu, now_t
     f.write(",".join(row) + "\n")
     f.flush()
     time.sleep(max(0.0, 1.0 - (time.time() - t)))
@@ -141,8 +158,12 @@ t_start=$(date +%s)
       '{printf "soak: %4ds  rss %s MiB  running %s  prefilling %s  waiting %s  finished %s  cancelled %s\n", e, $3, $4, $5, $6, $15, $16}'
   done ) &
 progress_pid=$!
-./target/release/steward-bench "${args[@]}" 2>"$OUT/bench.log"
+# In the background, so that a signal to this script is handled at once.
+./target/release/steward-bench "${args[@]}" 2>"$OUT/bench.log" &
+bench_pid=$!
+wait "$bench_pid"
 bench_rc=$?
+bench_pid=""
 kill "$progress_pid" 2>/dev/null
 progress_pid=""
 echo "soak: steward-bench exited $bench_rc after $(( $(date +%s) - t_start )) s"
@@ -251,7 +272,7 @@ out = sys.argv[1]
 rows = list(csv.DictReader(open(os.path.join(out, "samples.csv"))))
 num = lambda k: [float(r[k]) if r[k] else float("nan") for r in rows]
 t = num("t_s")
-fig, ax = plt.subplots(3, 1, figsize=(11, 10), sharex=True)
+fig, ax = plt.subplots(4, 1, figsize=(11, 12), sharex=True)
 ax[0].plot(t, num("rss_mib"), label="RSS (VmRSS)", color="black")
 for term in ["weights", "kv_pool", "cached_prefixes", "host_prefixes", "live_state", "reserved_growth",
              "compute_buffers", "other"]:
@@ -262,7 +283,11 @@ for k in ["kv_used", "kv_reserved", "kv_cached"]:
 ax[1].set_ylabel("KV cells"); ax[1].legend(fontsize=8)
 for k in ["running", "prefilling", "waiting", "paused"]:
     ax[2].plot(t, num(k), label=k, linewidth=1)
-ax[2].set_ylabel("requests"); ax[2].set_xlabel("seconds"); ax[2].legend(fontsize=8)
+ax[2].set_ylabel("requests"); ax[2].legend(fontsize=8)
+ax[3].plot(t, num("server_cpu_pct"), label="steward", linewidth=1)
+ax[3].plot(t, num("others_cpu_pct"), label="everything else (bench, other processes)", linewidth=1)
+ax[3].plot(t, [100 * x for x in num("step_max_s")], label="longest step so far (x100 s)", linewidth=1)
+ax[3].set_ylabel("CPU %"); ax[3].set_xlabel("seconds"); ax[3].legend(fontsize=8)
 for a in ax:
     for i, r in enumerate(rows):
         if i and r["phase"] != rows[i - 1]["phase"]:

@@ -175,6 +175,18 @@ fn body(t: &Target, messages: &[Value], turn: &TurnPlan) -> Value {
     b
 }
 
+/// An error with its causes (reqwest's own text names only the URL).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
 fn ms(t0: Instant) -> f64 {
     t0.elapsed().as_secs_f64() * 1e3
 }
@@ -247,7 +259,7 @@ async fn one_request(
     let resp = match sent_result {
         Ok(r) => r,
         Err(e) => {
-            rec.error = Some(format!("send: {e}"));
+            rec.error = Some(format!("send: {}", chain(&e)));
             rec.end_ms = ms(t0);
             return (rec, String::new());
         }
@@ -284,7 +296,7 @@ async fn one_request(
             Ok(Some(b)) => b,
             Ok(None) => break,
             Err(e) => {
-                rec.error = Some(format!("read: {e}"));
+                rec.error = Some(format!("read: {}", chain(&e)));
                 break;
             }
         };
@@ -385,7 +397,7 @@ async fn whole(rec: &mut Record, resp: reqwest::Response, turn: &TurnPlan, t0: I
     let now = ms(t0);
     rec.end_ms = now;
     let v = match body
-        .map_err(|e| format!("read: {e}"))
+        .map_err(|e| format!("read: {}", chain(&e)))
         .and_then(|b| serde_json::from_str::<Value>(&b).map_err(|e| format!("body: {e}")))
     {
         Ok(v) => v,

@@ -59,10 +59,14 @@ pub async fn replay(client: &reqwest::Client, target: Arc<Target>, w: &Workload)
         Arrival::Closed {
             concurrency,
             backoff_ms,
+            burst,
         } => {
             let next = Arc::new(AtomicUsize::new(0));
             let regular = Arc::new(regular);
-            for _ in 0..concurrency {
+            let clients = burst.map_or(concurrency, |b| b.concurrency.max(concurrency));
+            for client_k in 0..clients {
+                // Clients past the base take part only while a burst is on.
+                let burst = burst.filter(|_| client_k >= concurrency);
                 let (client, target, plan, next, regular, done) = (
                     client.clone(),
                     target.clone(),
@@ -74,6 +78,17 @@ pub async fn replay(client: &reqwest::Client, target: Arc<Target>, w: &Workload)
                 tasks.push(tokio::spawn(async move {
                     let mut out = Vec::new();
                     loop {
+                        if let Some(b) = burst {
+                            let wait = b.wait_s(t0.elapsed().as_secs_f64());
+                            if wait > 0.0 {
+                                if next.load(Ordering::Relaxed) >= regular.len() {
+                                    break;
+                                }
+                                let nap = wait.min(1.0);
+                                tokio::time::sleep(Duration::from_secs_f64(nap)).await;
+                                continue;
+                            }
+                        }
                         let k = next.fetch_add(1, Ordering::Relaxed);
                         let Some(&i) = regular.get(k) else { break };
                         let r = client::run_conversation(&client, &target, &plan[i], t0).await;

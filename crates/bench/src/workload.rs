@@ -62,16 +62,45 @@ pub enum Endpoint {
 pub enum Arrival {
     /// C clients, each sending its next conversation when the last ends;
     /// one whose request was refused for load (429, 503) first waits
-    /// `backoff_ms` (as a client honouring `Retry-After` would).
+    /// `backoff_ms` (as a client honouring `Retry-After` would). With
+    /// `[arrival.burst]`, more clients join for a while, periodically.
     Closed {
         concurrency: usize,
         #[serde(default, skip_serializing_if = "is_zero")]
         backoff_ms: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        burst: Option<Burst>,
     },
     /// Fixed rate, conversations per second.
     Rate { rate: f64 },
     /// Poisson arrivals at this mean rate.
     Poisson { rate: f64 },
+}
+
+/// Bursts past capacity: every `every_s` seconds (the first at half of
+/// it), for `for_s` seconds, `concurrency` clients in all instead of the base.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Burst {
+    pub concurrency: usize,
+    pub every_s: f64,
+    pub for_s: f64,
+}
+
+impl Burst {
+    /// Seconds from `t` until a burst is on (0: one is on now).
+    pub fn wait_s(&self, t: f64) -> f64 {
+        let first = self.every_s / 2.0;
+        if t < first {
+            return first - t;
+        }
+        let into = (t - first) % self.every_s;
+        if into < self.for_s {
+            0.0
+        } else {
+            self.every_s - into
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -267,6 +296,18 @@ impl Workload {
             Arrival::Closed { concurrency: 0, .. } => {
                 return bad("arrival.concurrency must be at least 1".into())
             }
+            Arrival::Closed {
+                concurrency,
+                burst: Some(b),
+                ..
+            } if b.concurrency < concurrency
+                || !(b.for_s > 0.0 && b.for_s < b.every_s && b.every_s.is_finite()) =>
+            {
+                return bad(
+                    "arrival.burst: concurrency >= arrival.concurrency and 0 < for_s < every_s required"
+                        .into(),
+                )
+            }
             Arrival::Rate { rate } | Arrival::Poisson { rate }
                 if !(rate > 0.0 && rate.is_finite()) =>
             {
@@ -316,13 +357,22 @@ impl Workload {
 
     pub fn with_concurrency(&self, c: usize) -> Self {
         let mut w = self.clone();
-        let backoff_ms = match self.arrival {
-            Arrival::Closed { backoff_ms, .. } => backoff_ms,
-            _ => 0,
-        };
-        w.arrival = Arrival::Closed {
-            concurrency: c,
-            backoff_ms,
+        w.arrival = match self.arrival {
+            Arrival::Closed {
+                backoff_ms, burst, ..
+            } => Arrival::Closed {
+                concurrency: c,
+                backoff_ms,
+                burst: burst.map(|b| Burst {
+                    concurrency: b.concurrency.max(c),
+                    ..b
+                }),
+            },
+            _ => Arrival::Closed {
+                concurrency: c,
+                backoff_ms: 0,
+                burst: None,
+            },
         };
         w
     }
@@ -611,6 +661,39 @@ mod tests {
                 assert!(t.max_tokens >= w.output.min_tokens && t.max_tokens <= w.output.max_tokens);
             }
         }
+    }
+
+    #[test]
+    fn bursts_come_and_go() {
+        let b = Burst {
+            concurrency: 30,
+            every_s: 30.0,
+            for_s: 4.0,
+        };
+        assert_eq!(b.wait_s(0.0), 15.0);
+        assert_eq!(b.wait_s(14.0), 1.0);
+        assert_eq!(b.wait_s(16.0), 0.0);
+        assert_eq!(b.wait_s(20.0), 25.0);
+        assert_eq!(b.wait_s(46.0), 0.0);
+        assert_eq!(b.wait_s(49.5), 25.5);
+        let soak = Workload::load("soak").unwrap();
+        let w = soak.with_concurrency(40);
+        assert!(matches!(
+            w.arrival,
+            Arrival::Closed {
+                concurrency: 40,
+                burst: Some(Burst {
+                    concurrency: 40,
+                    ..
+                }),
+                ..
+            }
+        ));
+        let bad = builtin("soak").unwrap().replace("for_s = 4", "for_s = 40");
+        assert!(Workload::parse(&bad)
+            .unwrap_err()
+            .to_string()
+            .contains("burst"));
     }
 
     #[test]

@@ -276,27 +276,61 @@ async fn read_body(State(s): State<Shared>, req: Request, next: Next) -> Respons
         .get(axum::http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > cap as u64) {
+    // An oversized body is still read (and dropped) up to 8 times the cap,
+    // so that a client still sending it gets the 413 instead of a broken
+    // pipe; beyond that the connection is closed after the 413.
+    let discard = (cap as u64).saturating_mul(8).max(8 << 20);
+    let (parts, body) = req.into_parts();
+    if declared.is_some_and(|n| n > discard) {
         return refuse(ApiError::body_too_large(cap));
     }
-    let (parts, body) = req.into_parts();
-    let read = axum::body::to_bytes(body, cap);
+    let read = collect_body(body, cap, discard);
     let bytes = match tokio::time::timeout(s.body_timeout, read).await {
         Err(_) => return refuse(ApiError::body_timeout(s.body_timeout)),
-        Ok(Err(e)) => {
-            // The only errors: over the cap, or the client went away.
-            let too_large = std::error::Error::source(&e)
-                .is_some_and(|c| c.is::<http_body_util::LengthLimitError>());
-            return refuse(if too_large {
-                ApiError::body_too_large(cap)
-            } else {
-                ApiError::invalid("the request body could not be read", None)
-            });
+        Ok(Err(BodyError::TooLarge)) => return refuse(ApiError::body_too_large(cap)),
+        Ok(Err(BodyError::Read)) => {
+            return refuse(ApiError::invalid(
+                "the request body could not be read",
+                None,
+            ))
         }
         Ok(Ok(b)) => b,
     };
     next.run(Request::from_parts(parts, axum::body::Body::from(bytes)))
         .await
+}
+
+enum BodyError {
+    TooLarge,
+    Read,
+}
+
+/// The body if it is at most `cap` bytes; past that, read on (dropping the
+/// bytes) up to `discard` and say it is too large.
+async fn collect_body(
+    mut body: axum::body::Body,
+    cap: usize,
+    discard: u64,
+) -> Result<Bytes, BodyError> {
+    use http_body_util::BodyExt;
+    let mut buf = Vec::new();
+    let mut total = 0u64;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|_| BodyError::Read)?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        total += data.len() as u64;
+        if total <= cap as u64 {
+            buf.extend_from_slice(&data);
+        } else if total > discard {
+            return Err(BodyError::TooLarge);
+        }
+    }
+    if total > cap as u64 {
+        return Err(BodyError::TooLarge);
+    }
+    Ok(Bytes::from(buf))
 }
 
 /// Liveness: 200 while the engine can serve, 503 once it has failed (a

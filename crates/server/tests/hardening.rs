@@ -50,6 +50,13 @@ async fn body_limits_content_type_and_cors() {
     let big = chat_body(&"x".repeat(5000), json!({})).to_string();
     let (st, v) = post_raw(&s, Some("application/json"), big).await;
     assert_error(st, &v, 413, "request_too_large");
+    // A client still sending a large body gets the 413, not a broken pipe
+    // (the body is read and dropped up to a bound before the answer).
+    for _ in 0..5 {
+        let huge = chat_body(&"y".repeat(3_000_000), json!({})).to_string();
+        let (st, v) = post_raw(&s, Some("application/json"), huge).await;
+        assert_error(st, &v, 413, "request_too_large");
+    }
     let small = chat_body("hi", json!({"max_tokens": 1})).to_string();
     let (st, v) = post_raw(&s, Some("text/plain"), small.clone()).await;
     assert_error(st, &v, 415, "unsupported_media_type");
