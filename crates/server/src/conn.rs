@@ -159,10 +159,7 @@ async fn connection(
     _open: OpenGuard,
 ) {
     let activity = Arc::new(Activity::new());
-    let io = TokioIo::new(Tracked {
-        inner: stream,
-        activity: activity.clone(),
-    });
+    let io = TokioIo::new(Tracked::new(stream, activity.clone()));
     let busy = activity.clone();
     let svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
         let app = app.clone();
@@ -329,10 +326,84 @@ impl http_body::Body for Guarded {
     }
 }
 
-/// The socket, noting every byte moved.
+/// The socket, noting every byte moved. It also gives hyper's own answers
+/// to requests it cannot parse (400, 414, 431, written with no request in
+/// flight and with neither a body nor a content type, which every response
+/// of ours has) the API's JSON error body instead of an empty one.
 struct Tracked {
     inner: TcpStream,
     activity: Arc<Activity>,
+    /// A replacement response still to be written.
+    pending: Vec<u8>,
+}
+
+impl Tracked {
+    fn new(inner: TcpStream, activity: Arc<Activity>) -> Self {
+        Tracked {
+            inner,
+            activity,
+            pending: Vec::new(),
+        }
+    }
+
+    fn drain(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        while !self.pending.is_empty() {
+            match Pin::new(&mut self.inner).poll_write(cx, &self.pending) {
+                Poll::Ready(Ok(0)) => {
+                    return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()))
+                }
+                Poll::Ready(Ok(n)) => {
+                    self.pending.drain(..n);
+                }
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    /// `data` is hyper's automatic error response: its length, after the
+    /// JSON version has been queued in its place.
+    fn replace_canned(&mut self, data: &[u8]) -> Option<usize> {
+        if self.activity.in_flight.load(Ordering::Acquire) > 0 || !data.starts_with(b"HTTP/1.1 ") {
+            return None;
+        }
+        let end = data.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
+        // Hyper's own: no body and no content type (every response of ours
+        // has both; its body may be finished, and the request no longer in
+        // flight, before its bytes are written).
+        let head = String::from_utf8_lossy(&data[..end]).to_ascii_lowercase();
+        if !head.contains("\r\ncontent-length: 0\r\n") || head.contains("\r\ncontent-type:") {
+            return None;
+        }
+        let (status, code, message) = match data.get(9..12)? {
+            b"400" => (
+                "400 Bad Request",
+                "bad_http_request",
+                "the request is not valid HTTP/1.1",
+            ),
+            b"414" => (
+                "414 URI Too Long",
+                "uri_too_long",
+                "the request URI is too long",
+            ),
+            b"431" => (
+                "431 Request Header Fields Too Large",
+                "headers_too_large",
+                "the request headers are too large",
+            ),
+            _ => return None,
+        };
+        let body = format!(
+            r#"{{"error":{{"message":"{message}","type":"invalid_request_error","param":null,"code":"{code}"}}}}"#
+        );
+        self.pending = format!(
+            "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .into_bytes();
+        Some(end)
+    }
 }
 
 impl AsyncRead for Tracked {
@@ -356,6 +427,11 @@ impl AsyncWrite for Tracked {
         cx: &mut Context<'_>,
         data: &[u8],
     ) -> Poll<std::io::Result<usize>> {
+        std::task::ready!(self.drain(cx))?;
+        if let Some(n) = self.replace_canned(data) {
+            let _ = self.drain(cx)?;
+            return Poll::Ready(Ok(n));
+        }
         let r = Pin::new(&mut self.inner).poll_write(cx, data);
         if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
             self.activity.touch();
@@ -371,6 +447,13 @@ impl AsyncWrite for Tracked {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
+        std::task::ready!(self.drain(cx))?;
+        if let Some(first) = bufs.iter().find(|b| !b.is_empty()) {
+            if let Some(n) = self.replace_canned(first) {
+                let _ = self.drain(cx)?;
+                return Poll::Ready(Ok(n));
+            }
+        }
         let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
         if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
             self.activity.touch();
@@ -383,10 +466,12 @@ impl AsyncWrite for Tracked {
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        std::task::ready!(self.drain(cx))?;
         Pin::new(&mut self.inner).poll_flush(cx)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        std::task::ready!(self.drain(cx))?;
         Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }

@@ -158,6 +158,31 @@ async fn slow_idle_and_excess_connections_are_closed() {
     let got = read_until_closed(&mut body, wait).await.unwrap_or_default();
     assert!(got.starts_with("HTTP/1.1 408"), "{got}");
     assert!(got.contains("\"code\":\"body_timeout\""), "{got}");
+    // Requests hyper itself cannot parse get the API's error shape too.
+    for (req, status, code) in [
+        (
+            b"GET /health HTTP/1.1\r\nhost: x\r\nx-a: a\x01b\r\n\r\n".to_vec(),
+            "400",
+            "bad_http_request",
+        ),
+        (
+            format!(
+                "GET /health HTTP/1.1\r\nhost: x\r\nx-big: {}\r\n\r\n",
+                "a".repeat(1 << 20)
+            )
+            .into_bytes(),
+            "431",
+            "headers_too_large",
+        ),
+    ] {
+        let mut c = TcpStream::connect(&addr).await.unwrap();
+        let _ = c.write_all(&req).await;
+        let got = read_until_closed(&mut c, wait).await.unwrap_or_default();
+        assert!(got.starts_with(&format!("HTTP/1.1 {status}")), "{got:.200}");
+        let body = got.split("\r\n\r\n").nth(1).unwrap_or_default();
+        let v: Value = serde_json::from_str(body).unwrap_or_else(|_| panic!("{got:.300}"));
+        assert_eq!(v["error"]["code"], code);
+    }
     // Past the cap: a clear 503, and the connections already open still
     // work (/health answers on one).
     let mut held = Vec::new();
