@@ -6,7 +6,8 @@
 //!   `connection: close`) and is closed; `/health` keeps answering for the
 //!   connections already open, and file descriptors cannot run out.
 //! - `header_timeout`: the request line and headers must arrive within it,
-//!   counted from their first byte: a half-sent request is dropped.
+//!   counted from the accept for a connection's first request and from the
+//!   first byte for later ones: a silent or half-sent request is dropped.
 //! - `idle_timeout`: a connection with no request in flight and no bytes
 //!   either way for this long is closed (keep-alive or never used).
 //! - the body-read timeout and size cap are the `read_body` middleware's
@@ -236,7 +237,9 @@ impl Activity {
         Activity {
             start: Instant::now(),
             last_ms: AtomicU64::new(0),
-            head_ms: AtomicU64::new(0),
+            // A new connection's first request is on the header clock from
+            // the accept: one that never sends a byte is closed then too.
+            head_ms: AtomicU64::new(1),
             in_flight: AtomicUsize::new(0),
         }
     }

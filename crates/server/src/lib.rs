@@ -284,8 +284,10 @@ async fn read_body(State(s): State<Shared>, req: Request, next: Next) -> Respons
     if declared.is_some_and(|n| n > discard) {
         return refuse(ApiError::body_too_large(cap));
     }
-    let read = collect_body(body, cap, discard);
+    let too_large = declared.is_some_and(|n| n > cap as u64);
+    let read = collect_body(body, cap, discard, too_large);
     let bytes = match tokio::time::timeout(s.body_timeout, read).await {
+        Err(_) if too_large => return refuse(ApiError::body_too_large(cap)),
         Err(_) => return refuse(ApiError::body_timeout(s.body_timeout)),
         Ok(Err(BodyError::TooLarge)) => return refuse(ApiError::body_too_large(cap)),
         Ok(Err(BodyError::Read)) => {
@@ -305,29 +307,52 @@ enum BodyError {
     Read,
 }
 
-/// The body if it is at most `cap` bytes; past that, read on (dropping the
-/// bytes) up to `discard` and say it is too large.
+/// The body if it is at most `cap` bytes; past that (or from the start,
+/// when its declared length is), read on, dropping the bytes, up to
+/// `discard` bytes and for at most `DRAIN`, and say it is too large.
 async fn collect_body(
     mut body: axum::body::Body,
     cap: usize,
     discard: u64,
+    declared_too_large: bool,
 ) -> Result<Bytes, BodyError> {
     use http_body_util::BodyExt;
+    /// Longest an oversized body is drained before the 413 goes out.
+    const DRAIN: std::time::Duration = std::time::Duration::from_secs(2);
     let mut buf = Vec::new();
     let mut total = 0u64;
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|_| BodyError::Read)?;
+    let mut drain_until = declared_too_large.then(|| tokio::time::Instant::now() + DRAIN);
+    loop {
+        let frame = match drain_until {
+            None => body.frame().await,
+            Some(t) => match tokio::time::timeout_at(t, body.frame()).await {
+                Ok(f) => f,
+                Err(_) => return Err(BodyError::TooLarge),
+            },
+        };
+        let Some(frame) = frame else {
+            break;
+        };
+        let frame = frame.map_err(|_| {
+            if drain_until.is_some() {
+                BodyError::TooLarge
+            } else {
+                BodyError::Read
+            }
+        })?;
         let Ok(data) = frame.into_data() else {
             continue;
         };
         total += data.len() as u64;
-        if total <= cap as u64 {
+        if total <= cap as u64 && drain_until.is_none() {
             buf.extend_from_slice(&data);
         } else if total > discard {
             return Err(BodyError::TooLarge);
+        } else if drain_until.is_none() {
+            drain_until = Some(tokio::time::Instant::now() + DRAIN);
         }
     }
-    if total > cap as u64 {
+    if total > cap as u64 || drain_until.is_some() {
         return Err(BodyError::TooLarge);
     }
     Ok(Bytes::from(buf))

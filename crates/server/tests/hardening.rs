@@ -183,6 +183,16 @@ async fn slow_idle_and_excess_connections_are_closed() {
         let v: Value = serde_json::from_str(body).unwrap_or_else(|_| panic!("{got:.300}"));
         assert_eq!(v["error"]["code"], code);
     }
+    // A body declared larger than the cap but never sent: the 413 after a
+    // short drain, not a wait for the body timeout.
+    let mut liar = TcpStream::connect(&addr).await.unwrap();
+    liar.write_all(
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 3000000\r\n\r\n{\"messages\"",
+    )
+    .await
+    .unwrap();
+    let got = read_until_closed(&mut liar, wait).await.unwrap_or_default();
+    assert!(got.starts_with("HTTP/1.1 413"), "{got}");
     // Past the cap: a clear 503, and the connections already open still
     // work (/health answers on one).
     let mut held = Vec::new();
