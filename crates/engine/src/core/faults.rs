@@ -9,6 +9,9 @@
 //! wait: a suspect whose own step succeeds is cleared, one whose own step
 //! fails is the cause and fails. A failure costs the others one step per
 //! suspect, never their requests.
+//!
+//! And the owner loop's panic policy (`run`): a panic outside one request's
+//! sampling fails the engine, which ends the process.
 
 use super::backend::Backend;
 use super::scheduler::Plan;
@@ -69,5 +72,33 @@ impl<B: Backend> Owner<B> {
                 self.suspects.push(k);
             }
         }
+    }
+}
+
+/// The owner's loop. A panic here leaves the owner's state unknown (a
+/// half-applied step, the cell map out of step with the runtime): nothing
+/// is retried. The engine is marked failed, which makes the process unready
+/// and unhealthy and `serve` end with a non-zero status (an orchestrator
+/// restarts it); every in-flight request's stream ends with an error as the
+/// owner is dropped. Per-request panics while sampling are contained in
+/// `rows`.
+pub(super) fn run<B: Backend>(mut owner: Owner<B>) {
+    let stats = owner.stats.clone();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        while owner.tick() {}
+        owner.shutdown();
+    }));
+    if let Err(p) = r {
+        let what = p
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        tracing::error!(panic = %what, "the engine thread panicked; the engine has stopped");
+        stats.send_modify(|s| {
+            s.failed = true;
+            s.stopped = true;
+            s.ready = false;
+        });
     }
 }

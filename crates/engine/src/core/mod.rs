@@ -150,35 +150,7 @@ fn owner_main(args: OwnerArgs, ok: std::sync::mpsc::SyncSender<Result<(), LoadEr
     };
     let ctx_limit = parts.config.ctx_per_seq.min(model.facts.n_ctx_train.max(1));
     let owner = Owner::new(rt, model.vocab.clone(), state_model, ctx_limit, parts);
-    run(owner);
-}
-
-/// The owner's loop. A panic here leaves the owner's state unknown (a
-/// half-applied step, the cell map out of step with the runtime): nothing
-/// is retried. The engine is marked failed, which makes the process unready
-/// and unhealthy and `serve` end with a non-zero status (an orchestrator
-/// restarts it); every in-flight request's stream ends with an error as the
-/// owner is dropped. Per-request panics while sampling are contained in
-/// `rows`.
-fn run<B: Backend>(mut owner: Owner<B>) {
-    let stats = owner.stats.clone();
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        while owner.tick() {}
-        owner.shutdown();
-    }));
-    if let Err(p) = r {
-        let what = p
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| p.downcast_ref::<String>().cloned())
-            .unwrap_or_default();
-        tracing::error!(panic = %what, "the engine thread panicked; the engine has stopped");
-        stats.send_modify(|s| {
-            s.failed = true;
-            s.stopped = true;
-            s.ready = false;
-        });
-    }
+    faults::run(owner);
 }
 
 /// First-run specialisation: one prompt chunk and one decode step through

@@ -92,7 +92,7 @@ fn a_panic_in_the_runtime_fails_the_engine_and_ends_every_stream() {
     let Harness {
         owner, tx, stats, ..
     } = h;
-    run(owner);
+    super::super::faults::run(owner);
     let st = stats.borrow().clone();
     assert!(st.failed && st.stopped && !st.ready, "{st:?}");
     // The owner is gone: both streams end (no terminal event to forge).
