@@ -36,13 +36,19 @@ declare -A body=(
 host() {
   curl -s http://127.0.0.1:8421/metrics | awk '/^steward_step_host_seconds_total /{h=$2} /^steward_generation_tokens_total /{g=$2} END{print h, g}'
 }
-for s in ${SETTINGS:-greedy default typical}; do
+i=0
+for s in ${SETTINGS:-default greedy typical}; do
   echo "== $s: ${body[$s]}"
+  # Each setting draws its own prompts: with the same ones, a server's
+  # prompt cache would serve the later settings' prefills.
+  i=$((i + 1))
+  wl="$out/uniform-128-$s.toml"
+  sed "s/^seed = .*/seed = $((13 + 7919 * i))/" crates/bench/workloads/uniform-128.toml >"$wl"
   before="$(host)"
   $bin/steward-bench compare --url http://127.0.0.1:8421 --name steward-q8_0 \
     --url http://127.0.0.1:8422 --name llama-server-q8_0 \
-    --workload uniform-128 --ignore-eos --extra-body "${body[$s]}" \
-    --levels "${LEVELS:-1,4,16,32}" --per-client "${PER_CLIENT:-2}" --settle-s 3 \
+    --workload "$wl" --ignore-eos --extra-body "${body[$s]}" \
+    --levels "${LEVELS:-1,4,16,32}" --per-client "${PER_CLIENT:-3}" --settle-s 3 \
     --out "$out/compare-$s.json" --html "$out/compare-$s.html" 2>"$out/bench-$s.log"
   after="$(host)"
   echo "$s $before $after" | awk '{printf "%s: Steward host work %.1f us per generated token (%d tokens)\n", $1, ($4-$2)*1e6/($5-$3), $5-$3}' | tee -a "$out/host.txt"
