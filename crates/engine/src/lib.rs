@@ -25,6 +25,15 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 
 pub use crate::core::sampler::SamplingParams;
+
+/// The text of a caught panic's payload (empty when it is neither `&str`
+/// nor `String`).
+pub(crate) fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_default()
+}
 pub use crate::identity::ModelIdentity;
 pub use crate::model::{LoadError, TokenId};
 pub use crate::prepare::{PrepareError, Preparer};

@@ -121,11 +121,7 @@ impl Pool {
                 return;
             }
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|p| {
-                let what = p
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| p.downcast_ref::<String>().cloned())
-                    .unwrap_or_default();
+                let what = crate::panic_text(p.as_ref());
                 tracing::error!(panic = %what, "a prepare job panicked; its request fails");
                 Err(PrepareError::Internal(what))
             });

@@ -533,12 +533,10 @@ pub fn completion(
             "best_of",
         ));
     }
+    let empty = || ApiError::invalid("`prompt` must not be empty", Some("prompt"));
     let tokens_ok = |t: &[i64]| -> Result<Vec<i32>, ApiError> {
         if t.is_empty() {
-            return Err(ApiError::invalid(
-                "`prompt` must not be empty",
-                Some("prompt"),
-            ));
+            return Err(empty());
         }
         t.iter()
             .map(|&x| {
@@ -559,33 +557,21 @@ pub fn completion(
             "prompt",
         )
     };
+    // An empty list is an empty prompt (refused below, or by `tokens_ok`).
     let input = match r.prompt {
         PromptSpec::Text(s) => PromptInput::Text(s),
-        PromptSpec::Texts(v) if v.len() == 1 => {
+        PromptSpec::Texts(v) if v.len() <= 1 => {
             PromptInput::Text(v.into_iter().next().unwrap_or_default())
-        }
-        PromptSpec::Texts(v) if v.is_empty() => {
-            return Err(ApiError::invalid(
-                "`prompt` must not be empty",
-                Some("prompt"),
-            ))
         }
         PromptSpec::Texts(_) => return Err(one()),
         PromptSpec::Tokens(t) => PromptInput::Tokens(tokens_ok(&t)?),
-        PromptSpec::TokenLists(v) if v.len() == 1 => PromptInput::Tokens(tokens_ok(&v[0])?),
-        PromptSpec::TokenLists(v) if v.is_empty() => {
-            return Err(ApiError::invalid(
-                "`prompt` must not be empty",
-                Some("prompt"),
-            ))
+        PromptSpec::TokenLists(v) if v.len() <= 1 => {
+            PromptInput::Tokens(tokens_ok(v.first().map_or(&[][..], |t| t))?)
         }
         PromptSpec::TokenLists(_) => return Err(one()),
     };
     if matches!(&input, PromptInput::Text(s) if s.is_empty()) {
-        return Err(ApiError::invalid(
-            "`prompt` must not be empty",
-            Some("prompt"),
-        ));
+        return Err(empty());
     }
     let mut spec = fields(r.sampling, seq, true, l)?;
     spec.model = r.model;

@@ -26,6 +26,10 @@ fn run(args: &[&str]) -> (i32, String) {
     panic!("steward {args:?} hung");
 }
 
+async fn get_text(client: &reqwest::Client, url: &str) -> String {
+    client.get(url).send().await.unwrap().text().await.unwrap()
+}
+
 #[test]
 fn bad_model_files_fail_with_one_line() {
     let dir = std::env::temp_dir().join(format!("steward-cli-{}", std::process::id()));
@@ -149,14 +153,7 @@ fn sigterm_drains_in_flight_streams_refuses_new_ones_and_exits_zero() {
         // Running (not a fixed sleep: on a loaded machine the request may
         // take a while to arrive)...
         for _ in 0..500 {
-            let live = client
-                .get(format!("{base}/debug/requests"))
-                .send()
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap();
+            let live = get_text(&client, &format!("{base}/debug/requests")).await;
             if live.contains("\"decoding\"") {
                 break;
             }
@@ -181,14 +178,7 @@ fn sigterm_drains_in_flight_streams_refuses_new_ones_and_exits_zero() {
         assert_eq!(r.status(), 503, "new requests are refused while draining");
         let body: serde_json::Value = r.json().await.unwrap();
         assert_eq!(body["error"]["code"], "shutting_down");
-        let m = client
-            .get(format!("{base}/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let m = get_text(&client, &format!("{base}/metrics")).await;
         assert!(m.contains("steward_phase{phase=\"draining\"} 1"), "{m}");
         let drain_s: f64 = m
             .lines()

@@ -89,11 +89,7 @@ pub(super) fn run<B: Backend>(mut owner: Owner<B>) {
         owner.shutdown();
     }));
     if let Err(p) = r {
-        let what = p
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| p.downcast_ref::<String>().cloned())
-            .unwrap_or_default();
+        let what = crate::panic_text(p.as_ref());
         tracing::error!(panic = %what, "the engine thread panicked; the engine has stopped");
         stats.send_modify(|s| {
             s.failed = true;
