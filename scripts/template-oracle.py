@@ -45,8 +45,9 @@ order:
     "rendered_on": "YYYY-MM-DD"            # local date of the run
   }
 
-Clock: templates that call strftime_now (Llama 3.x's "Today Date", gpt-oss,
-DeepSeek, ...) see transformers' `datetime.now()`, the real local clock, so
+Clock: templates that call strftime_now (in 0.3.36: Apertus, Mistral Small
+3.2, Granite 3.3, Llama 3.2, muse-glimmer, gpt-oss, Solar Open; Llama 3.1/3.3
+hard-code "26 Jul 2024") see transformers' `datetime.now()`, the real local clock, so
 `expected` holds the date of the run; a comparison must render with the same
 local date (`rendered_on`) or regenerate the file.
 """
