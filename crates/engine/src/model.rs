@@ -106,6 +106,9 @@ pub struct ModelFacts {
     pub weights_bytes: u64,
     pub recurrent: bool,
     pub chat_template: Option<String>,
+    /// Named template variants (`tokenizer.chat_template.<name>`, e.g.
+    /// `tool_use`, `rag`), in file order.
+    pub chat_template_variants: Vec<(String, String)>,
     pub bos: Option<TokenId>,
     pub eos: Option<TokenId>,
     pub add_bos: bool,
@@ -247,6 +250,13 @@ impl LoadedModel {
             weights_bytes: model.size(),
             recurrent: model.is_recurrent() || model.is_hybrid(),
             chat_template: meta("tokenizer.chat_template"),
+            chat_template_variants: (0..model.meta_count())
+                .filter_map(|i| {
+                    let k = model.meta_key_by_index(i).ok()?;
+                    let name = k.strip_prefix("tokenizer.chat_template.")?.to_string();
+                    Some((name, model.meta_val_str_by_index(i).ok()?))
+                })
+                .collect(),
             bos: tok_opt(vocab.bos()),
             eos: tok_opt(vocab.eos()),
             add_bos: vocab.should_add_bos(),
