@@ -10,3 +10,6 @@ pub mod template;
 
 pub use template::{ChatTemplates, RenderArgs, TemplateError};
 pub mod adapt;
+pub mod fallback;
+pub mod family;
+pub mod parse;
