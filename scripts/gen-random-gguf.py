@@ -9,6 +9,20 @@ Two steps, because the GPU machine has no model to read a tokenizer from:
          (the tokenizer.* metadata of a real model, e.g. the default model)
   there: gen-random-gguf.py model --tok OUT.json --shape 1b|8b --type f16|q8_0|q4_k --out X.gguf
 
+For TEMPLATE TESTS, one step, here (scripts/gen-template-ggufs.sh runs it per family):
+         gen-random-gguf.py chat --src SRC.gguf --template T.jinja [--template-variant NAME=FILE ...]
+             [--special TEXT ...] [--user-defined TEXT ...] [--bos TEXT] [--eos TEXT] [--eot TEXT]
+             [--add-bos true|false] --out OUT.gguf
+         a "tiny" model (256 wide, 2 layers, f16, output tied to the embedding) with SRC's
+         tokenizer (gpt2/BPE merges kept) plus each --special text as a CONTROL token
+         (type 3) and each --user-defined text as a USER_DEFINED token (type 4; what
+         llama.cpp's converter makes of added tokens that the model marks non-special,
+         e.g. Qwen's <think>), appended unless present (a NORMAL token of that text is
+         retyped); --bos/--eos/--eot name the token for tokenizer.ggml.*_token_id (added
+         as control when missing); tokenizer.chat_template = T's text and
+         tokenizer.chat_template.NAME = each variant's. SRC may also be a tokenizer JSON
+         written by the `tokenizer` step.
+
 Shapes: 1b = Llama-3.2-1B (2048 wide, 16 layers, 32 heads, 8 KV heads, FFN 8192),
 8b = Llama-3-8B (4096, 32, 32, 8, 14336), with the tokenizer's vocabulary (SmolLM2:
 49,152, so "8b" has ~7.4B parameters). Needs numpy and the `gguf` package.
@@ -34,13 +48,7 @@ TYPES = {"f16": (QT.F16, 1), "q8_0": (QT.Q8_0, 7), "q4_k": (QT.Q4_K, 15)}
 
 
 def tokenizer(src, out):
-    r = gguf.GGUFReader(src)
-    keys = {}
-    for k, f in r.fields.items():
-        if k.startswith("tokenizer."):
-            vt = f.types[0]
-            sub = f.types[1] if vt == gguf.GGUFValueType.ARRAY else None
-            keys[k] = {"type": int(vt), "sub_type": None if sub is None else int(sub), "value": f.contents()}
+    keys = read_tokenizer(src)
     with open(out, "w") as fh:
         json.dump(keys, fh)
     print(f"{len(keys)} tokenizer keys -> {out}")
@@ -65,15 +73,22 @@ def random_blocks(kind, n_bytes, rng):
 
 
 def model(tok_json, shape, kind, out):
+    with open(tok_json) as fh:
+        tok = json.load(fh)
+    write_model(tok, shape, kind, out, f"RANDOM WEIGHTS (noise) llama-{shape}-{kind}")
+
+
+def write_model(tok, shape, kind, out, name, tied=False, quiet=False):
+    """A llama-architecture GGUF of random weights with the tokenizer keys `tok`
+    ({key: {"type", "sub_type", "value"}}, as `tokenizer` writes them). `tied`:
+    no output.weight (llama.cpp then uses token_embd.weight), half the bytes."""
     t0 = time.time()
     width, layers, heads, kv, ffn, rope = SHAPES[shape]
     hd = width // heads
-    with open(tok_json) as fh:
-        tok = json.load(fh)
     n_vocab = len(tok["tokenizer.ggml.tokens"]["value"])
     qt, ftype = TYPES[kind]
     w = gguf.GGUFWriter(out, arch="llama")
-    w.add_name(f"RANDOM WEIGHTS (noise) llama-{shape}-{kind}")
+    w.add_name(name)
     w.add_context_length(32768)
     w.add_embedding_length(width)
     w.add_block_count(layers)
@@ -108,7 +123,8 @@ def model(tok_json, shape, kind, out):
 
     weight("token_embd.weight", n_vocab, width)
     w.add_tensor("output_norm.weight", norm)
-    weight("output.weight", n_vocab, width)
+    if not tied:
+        weight("output.weight", n_vocab, width)
     for i in range(layers):
         w.add_tensor(f"blk.{i}.attn_norm.weight", norm)
         weight(f"blk.{i}.attn_q.weight", heads * hd, width)
@@ -123,8 +139,99 @@ def model(tok_json, shape, kind, out):
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    print(f"RANDOM WEIGHTS, OUTPUT IS NOISE: {out} ({os.path.getsize(out) / 2**30:.2f} GiB, "
-          f"{time.time() - t0:.0f} s)", file=sys.stderr)
+    if not quiet:
+        print(f"RANDOM WEIGHTS, OUTPUT IS NOISE: {out} ({os.path.getsize(out) / 2**30:.2f} GiB, "
+              f"{time.time() - t0:.0f} s)", file=sys.stderr)
+
+
+def read_tokenizer(src):
+    """The tokenizer.* keys of a GGUF (or of a JSON that `tokenizer` wrote)."""
+    if src.endswith(".json"):
+        with open(src) as fh:
+            return json.load(fh)
+    r = gguf.GGUFReader(src)
+    keys = {}
+    for k, f in r.fields.items():
+        if k.startswith("tokenizer."):
+            vt = f.types[0]
+            sub = f.types[1] if vt == gguf.GGUFValueType.ARRAY else None
+            keys[k] = {"type": int(vt), "sub_type": None if sub is None else int(sub), "value": f.contents()}
+    return keys
+
+
+CONTROL, USER_DEFINED, NORMAL = int(gguf.TokenType.CONTROL), int(gguf.TokenType.USER_DEFINED), int(gguf.TokenType.NORMAL)
+VT = gguf.GGUFValueType
+
+
+def chat(a):
+    """A tiny random model carrying a family's chat template and marker tokens."""
+    t0 = time.time()
+    tok = read_tokenizer(a.src)
+    if tok.get("tokenizer.ggml.model", {}).get("value") != "gpt2":
+        sys.exit(f"{a.src}: tokenizer.ggml.model is not gpt2 (BPE)")
+    for k in [k for k in tok if k == "tokenizer.chat_template" or k.startswith("tokenizer.chat_template.")
+              or k.startswith("tokenizer.ggml.eot_token_id")]:
+        del tok[k]
+    tokens = list(tok["tokenizer.ggml.tokens"]["value"])
+    types = [int(t) for t in tok["tokenizer.ggml.token_type"]["value"]]
+    scores = tok.get("tokenizer.ggml.scores")
+    scores = None if scores is None else list(scores["value"])
+    index = {t: i for i, t in enumerate(tokens)}
+    added, retyped = [], []
+
+    def ensure(text, kind):
+        i = index.get(text)
+        if i is None:
+            i = index[text] = len(tokens)
+            tokens.append(text)
+            types.append(kind)
+            if scores is not None:
+                scores.append(0.0)
+            added.append(text)
+        elif types[i] == NORMAL and kind != NORMAL:
+            if not all(33 <= ord(c) <= 126 for c in text):  # a BPE token's stored text is byte-encoded
+                sys.exit(f"{text!r} is a NORMAL token of {a.src}; cannot retype it")
+            types[i] = kind
+            retyped.append(text)
+        return i
+
+    for text in a.special:
+        ensure(text, CONTROL)
+    for text in a.user_defined:
+        ensure(text, USER_DEFINED)
+    ids = {}
+    for role, text in (("bos", a.bos), ("eos", a.eos), ("eot", a.eot)):
+        if text is not None:
+            ids[role] = ensure(text, CONTROL)
+            tok[f"tokenizer.ggml.{role}_token_id"] = {"type": int(VT.UINT32), "sub_type": None, "value": ids[role]}
+    if a.add_bos is not None:
+        tok["tokenizer.ggml.add_bos_token"] = {"type": int(VT.BOOL), "sub_type": None, "value": a.add_bos == "true"}
+    tok["tokenizer.ggml.tokens"]["value"] = tokens
+    tok["tokenizer.ggml.token_type"]["value"] = types
+    if scores is not None:
+        tok["tokenizer.ggml.scores"]["value"] = scores
+
+    def text_of(path):
+        with open(path, encoding="utf-8") as fh:
+            return fh.read()
+
+    s = {"type": int(VT.STRING), "sub_type": None}
+    tok["tokenizer.chat_template"] = dict(s, value=text_of(a.template))
+    for v in a.template_variant:
+        name, sep, path = v.partition("=")
+        if not sep or not name:
+            sys.exit(f"--template-variant {v!r}: want NAME=FILE")
+        tok[f"tokenizer.chat_template.{name}"] = dict(s, value=text_of(path))
+    stem = os.path.splitext(os.path.basename(a.template))[0]
+    tmp = a.out + ".tmp"
+    write_model(tok, "tiny", "f16", tmp, f"RANDOM WEIGHTS (noise) chat-template test model: {stem}",
+                tied=True, quiet=True)
+    os.replace(tmp, a.out)
+    roles = " ".join(f"{r}={tokens[i]}({i})" for r, i in ids.items())
+    print(f"{a.out}: {len(tokens)} tokens, +{len(added)} added"
+          + (f", {len(retyped)} retyped ({' '.join(retyped)})" if retyped else "")
+          + (f", {roles}" if roles else "")
+          + f", {os.path.getsize(a.out) / 2**20:.0f} MiB, {time.time() - t0:.1f} s")
 
 
 def main():
@@ -138,9 +245,27 @@ def main():
     m.add_argument("--shape", choices=SHAPES, default="1b")
     m.add_argument("--type", choices=TYPES, default="f16")
     m.add_argument("--out", required=True)
+    c = sub.add_parser("chat", help="tiny random model with a chat template and its marker tokens")
+    c.add_argument("--src", default=os.path.join(
+        os.environ.get("STEWARD_CACHE_DIR") or os.path.expanduser("~/.cache/steward"),
+        "models", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+        help="GGUF (or `tokenizer` JSON) whose tokenizer to take (default: the default model)")
+    c.add_argument("--template", required=True, help="file whose text becomes tokenizer.chat_template")
+    c.add_argument("--template-variant", action="append", default=[], metavar="NAME=FILE",
+                   help="tokenizer.chat_template.NAME (repeatable)")
+    c.add_argument("--special", action="append", default=[], metavar="TEXT", help="control token (repeatable)")
+    c.add_argument("--user-defined", action="append", default=[], metavar="TEXT",
+                   help="user-defined token (repeatable)")
+    c.add_argument("--bos")
+    c.add_argument("--eos")
+    c.add_argument("--eot")
+    c.add_argument("--add-bos", choices=("true", "false"), help="tokenizer.ggml.add_bos_token (default: SRC's)")
+    c.add_argument("--out", required=True)
     a = ap.parse_args()
     if a.cmd == "tokenizer":
         tokenizer(a.src, a.out)
+    elif a.cmd == "chat":
+        chat(a)
     else:
         model(a.tok, a.shape, a.type, a.out)
 
