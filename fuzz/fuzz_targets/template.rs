@@ -4,7 +4,8 @@
 //! together are the conversation as ChatML writes it.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use steward_engine::prepare::{render_pieces, TemplateMessage, CHATML};
+use steward_engine::chat::render_pieces;
+use steward_formats::fallback::CHATML;
 
 const SPECIALS: [&str; 3] = ["<|im_start|>", "<|im_end|>", "<|endoftext|>"];
 
@@ -13,22 +14,24 @@ fuzz_target!(|data: &[u8]| {
     // (A `tool` message is rewritten as a user turn for templates without
     // tools; the Hermes rewrite has its own tests.)
     let roles = ["system", "user", "assistant"];
-    let messages: Vec<TemplateMessage> = text
+    let messages: Vec<serde_json::Value> = text
         .split('\u{1}')
         .take(64)
         .enumerate()
-        .map(|(i, c)| TemplateMessage {
-            role: roles[i % roles.len()].to_string(),
-            content: c.to_string(),
-            ..Default::default()
-        })
+        .map(|(i, c)| serde_json::json!({"role": roles[i % roles.len()], "content": c}))
         .collect();
     let want: String = messages
         .iter()
-        .map(|m| format!("<|im_start|>{}\n{}<|im_end|>\n", m.role, m.content))
+        .map(|m| {
+            format!(
+                "<|im_start|>{}\n{}<|im_end|>\n",
+                m["role"].as_str().unwrap(),
+                m["content"].as_str().unwrap()
+            )
+        })
         .chain(std::iter::once("<|im_start|>assistant\n".to_string()))
         .collect();
-    let pieces = render_pieces(CHATML, &SPECIALS, messages, None).expect("ChatML renders");
+    let pieces = render_pieces(CHATML, &SPECIALS, messages).expect("ChatML renders");
     let joined: String = pieces.iter().map(|p| p.0.as_str()).collect();
     assert_eq!(joined, want);
     // Parsed pieces hold exactly the template's markup: as many specials as

@@ -6,6 +6,7 @@
 //! [`RequestStream`] cancels its request.
 
 pub mod ceiling;
+pub mod chat;
 pub mod constraint;
 pub mod core;
 pub mod detok;
@@ -133,6 +134,9 @@ pub struct EngineConfig {
     pub prefix_host_bytes: u64,
     /// Shortest prefix (tokens) worth saving to or restoring from it.
     pub prefix_host_min: usize,
+    /// `--chat-template`: a label and the template's source, replacing the
+    /// GGUF's.
+    pub chat_template: Option<(String, String)>,
 }
 
 impl EngineConfig {
@@ -188,6 +192,7 @@ impl EngineConfig {
             sample_threads: 1,
             prefix_host_bytes: 0,
             prefix_host_min: 128,
+            chat_template: None,
         }
     }
 }
@@ -214,6 +219,9 @@ pub struct GenerateRequest {
     /// Grammar the output must match (compiled by
     /// `Preparer::constraint`); `ignore_eos` does not apply under one.
     pub constraint: Option<constraint::Constraint>,
+    /// Control tokens emitted as their text (`Preparer::markers`: the chat
+    /// format's markers, read by the server's parser); others emit nothing.
+    pub markers: Option<Arc<Vec<bool>>>,
 }
 
 #[derive(Debug, thiserror::Error, Clone, PartialEq)]
@@ -311,7 +319,7 @@ impl Engine {
             identity = %identity.summary(),
             "model loaded"
         );
-        let preparer = Preparer::new(model.clone(), &config);
+        let preparer = Preparer::new(model.clone(), &config).map_err(LoadError::Template)?;
         let (inbox_tx, inbox_rx) = mpsc::channel(config.max_waiting.max(1));
         let (stats_tx, stats_rx) = watch::channel(EngineStats::starting(&config, load_ms));
         let queued = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -438,6 +446,11 @@ impl EngineHandle {
     /// The bytes a token renders as in output text.
     pub fn token_bytes(&self, t: TokenId) -> &[u8] {
         self.shared.model.vocab.bytes(t)
+    }
+
+    /// A token's text, control tokens spelled out.
+    pub fn token_text(&self, t: TokenId) -> &[u8] {
+        self.shared.model.vocab.special_text(t)
     }
 
     /// Wait until the warm-up step has run (or the engine died).

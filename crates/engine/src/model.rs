@@ -41,6 +41,9 @@ pub enum LoadError {
     Context(String),
     #[error("{0}")]
     Budget(String),
+    /// The chat template cannot serve (does not compile, unknown name).
+    #[error("{0}")]
+    Template(String),
 }
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -131,6 +134,13 @@ pub struct Vocab {
 impl Vocab {
     pub fn bytes(&self, t: TokenId) -> &[u8] {
         self.token_bytes
+            .get(t as usize)
+            .map(|b| &b[..])
+            .unwrap_or(&[])
+    }
+    /// A token's text with control tokens spelled out.
+    pub fn special_text(&self, t: TokenId) -> &[u8] {
+        self.token_text_special
             .get(t as usize)
             .map(|b| &b[..])
             .unwrap_or(&[])

@@ -13,9 +13,9 @@
 use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
 use std::sync::Arc;
 
-use minijinja::{context, Environment, Error as JinjaError, ErrorKind};
-use serde::Serialize;
 use tokio::sync::oneshot;
+
+use crate::chat::{ChatPrompt, ChatSetup, TemplateInfo};
 
 use crate::constraint::{Constraint, ConstraintCompiler, Grammar};
 use crate::model::{LoadedModel, TokenId};
@@ -49,28 +49,6 @@ pub enum PrepareError {
     /// fails alone).
     #[error("internal error while preparing the request: {0}")]
     Internal(String),
-}
-
-/// A chat message as the template sees it (Hugging Face conventions:
-/// assistant `tool_calls` as `{id, type, function: {name, arguments}}` with
-/// `arguments` a JSON object, tool results as role `tool`).
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct TemplateMessage {
-    pub role: String,
-    pub content: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tool_calls: Option<Vec<serde_json::Value>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tool_call_id: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub name: Option<String>,
-}
-
-/// Tool definitions the template renders, and how.
-#[derive(Debug, Clone)]
-pub struct ToolSpec {
-    /// OpenAI `tools` (`[{type: "function", function: {...}}]`).
-    pub tools: serde_json::Value,
 }
 
 type Job = Box<dyn FnOnce() + Send>;
@@ -144,50 +122,54 @@ impl Pool {
 /// margin. Only the pages a compile touches are ever committed.
 pub const GRAMMAR_STACK: usize = 256 << 20;
 
-/// ChatML, used when the GGUF carries no template.
-const FALLBACK_TEMPLATE: &str = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+/// The fallback template names (`--chat-template NAME`).
+pub use steward_formats::fallback::builtin as builtin_template;
+
+/// A rendered chat, tokenized.
+#[derive(Debug, Clone)]
+pub struct ChatTokens {
+    pub tokens: Vec<TokenId>,
+    /// The prompt left the model inside its reasoning block.
+    pub in_reasoning: bool,
+}
 
 pub struct Preparer {
     model: Arc<LoadedModel>,
-    env: Arc<Environment<'static>>,
+    chat: Arc<ChatSetup>,
     tokenizer: Pool,
     grammar: Pool,
     grammar_timeout: std::time::Duration,
-    bos_text: String,
-    eos_text: String,
-    /// The template renders `tools` itself; otherwise Steward writes them
-    /// into the system message (see `inline_tools`).
-    template_has_tools: bool,
     /// Control tokens' texts: client strings that spell one are kept text.
     specials: Arc<crate::literal::Specials>,
+    /// Per token: a marker of the chat format (emitted as its text for the
+    /// server's parser).
+    markers: Arc<Vec<bool>>,
+    /// Control token ids by text (grammars name markers by id).
+    special_ids: Arc<std::collections::HashMap<String, TokenId>>,
     /// Bytes of the vocabulary's longest token.
     max_token_bytes: usize,
     /// Built on first use (it walks the whole vocabulary).
     compiler: Arc<std::sync::OnceLock<Result<ConstraintCompiler, String>>>,
 }
 
-fn raise_exception(msg: String) -> Result<String, JinjaError> {
-    Err(JinjaError::new(ErrorKind::InvalidOperation, msg))
-}
-
 impl Preparer {
-    pub(crate) fn new(model: Arc<LoadedModel>, config: &EngineConfig) -> Self {
-        let source = model.facts.chat_template.clone().unwrap_or_else(|| {
-            tracing::warn!("the GGUF has no chat template; using ChatML");
-            FALLBACK_TEMPLATE.to_string()
-        });
-        let template_has_tools = source.contains("tools");
-        let env = environment(source).unwrap_or_else(|e| {
-            tracing::warn!(error = %e, "chat template does not compile; using ChatML");
-            environment(FALLBACK_TEMPLATE.to_string()).unwrap_or_else(|_| Environment::new())
-        });
-        let text_of = |t: Option<TokenId>| {
-            t.and_then(|t| model.vocab.token_text_special.get(t as usize))
-                .map(|b| String::from_utf8_lossy(b).into_owned())
-                .unwrap_or_default()
-        };
-        let bos_text = text_of(model.facts.bos);
-        let eos_text = text_of(model.facts.eos);
+    /// Fails (naming the template) when the chat template cannot serve.
+    pub(crate) fn new(model: Arc<LoadedModel>, config: &EngineConfig) -> Result<Self, String> {
+        let texts = special_texts(&model.vocab);
+        let specials = Arc::new(crate::literal::Specials::new(
+            texts.iter().map(|(_, t)| t.clone()),
+        ));
+        let names: Vec<String> = texts.iter().map(|(_, t)| t.clone()).collect();
+        let chat = crate::chat::setup(&model, &specials, &names, config.chat_template.as_ref())?;
+        let special_ids: std::collections::HashMap<String, TokenId> =
+            texts.iter().map(|(id, t)| (t.clone(), *id)).collect();
+        let family_markers = chat.family.markers();
+        let mut markers = vec![false; model.vocab.token_bytes.len()];
+        for (id, t) in &texts {
+            if family_markers.contains(&t.as_str()) && !model.vocab.is_eog(*id) {
+                markers[*id as usize] = true;
+            }
+        }
         let tokenizer = Pool::new(
             "steward-tok",
             config.tokenizer_threads,
@@ -207,20 +189,42 @@ impl Preparer {
             .map(|b| b.len())
             .max()
             .unwrap_or(1);
-        let specials = Arc::new(specials(&model.vocab));
-        Preparer {
+        Ok(Preparer {
             model,
-            env: Arc::new(env),
+            chat: Arc::new(chat),
             tokenizer,
             grammar,
             grammar_timeout: config.grammar_timeout,
-            bos_text,
-            eos_text,
-            template_has_tools,
             max_token_bytes,
             specials,
+            markers: Arc::new(markers),
+            special_ids: Arc::new(special_ids),
             compiler: Arc::new(std::sync::OnceLock::new()),
-        }
+        })
+    }
+
+    /// The chat format's family.
+    pub fn family(&self) -> steward_formats::family::Family {
+        self.chat.family
+    }
+
+    /// The syntax variant of the family's template.
+    pub fn variant(&self) -> steward_formats::grammar::Variant {
+        self.chat.variant
+    }
+
+    pub fn template_info(&self) -> &TemplateInfo {
+        &self.chat.info
+    }
+
+    /// The format's marker tokens, for `GenerateRequest::markers`.
+    pub fn markers(&self) -> Arc<Vec<bool>> {
+        self.markers.clone()
+    }
+
+    /// The control token with exactly this text.
+    pub fn special_id(&self, text: &str) -> Option<TokenId> {
+        self.special_ids.get(text).copied()
     }
 
     /// Compile a grammar for one request on the grammar pool (the first
@@ -251,26 +255,6 @@ impl Preparer {
         })?
     }
 
-    /// Render the chat template (pure; runs on the pool via `chat`).
-    pub fn render_chat(
-        &self,
-        messages: &[TemplateMessage],
-        tools: Option<&ToolSpec>,
-    ) -> Result<String, PrepareError> {
-        let (m, t) = self.tool_messages(messages, tools);
-        render(&self.env, &m, t, &self.bos_text, &self.eos_text)
-    }
-
-    /// Messages and `tools` as this template wants them: passed through when
-    /// it renders tools, otherwise written into the conversation.
-    fn tool_messages<'a>(
-        &self,
-        messages: &[TemplateMessage],
-        tools: Option<&'a ToolSpec>,
-    ) -> (Vec<TemplateMessage>, Option<&'a serde_json::Value>) {
-        tool_messages(self.template_has_tools, messages, tools)
-    }
-
     async fn on_pool<T: Send + 'static>(
         &self,
         f: impl FnOnce() -> Result<T, PrepareError> + Send + 'static,
@@ -279,32 +263,63 @@ impl Preparer {
         self.tokenizer.run(f, busy).await
     }
 
-    /// Template + tokenize a chat on the pool.
-    pub async fn chat(
-        &self,
-        messages: Vec<TemplateMessage>,
-        tools: Option<ToolSpec>,
-    ) -> Result<Vec<TokenId>, PrepareError> {
-        let env = self.env.clone();
-        let model = self.model.clone();
-        let (bos, eos) = (self.bos_text.clone(), self.eos_text.clone());
-        let native = self.template_has_tools;
-        let specials = self.specials.clone();
+    /// The chat's prompt text (`/apply-template`), on the pool.
+    pub async fn render(&self, p: ChatPrompt) -> Result<String, PrepareError> {
+        let (chat, specials) = (self.chat.clone(), self.specials.clone());
         self.on_pool(move || {
-            let mut lits = crate::literal::Literals::default();
-            let (messages, tools) = protect(&mut lits, &specials, messages, tools)
-                .map_err(|e| PrepareError::Template(e.to_string()))?;
-            let (messages, tools) = tool_messages(native, &messages, tools.as_ref());
-            let text = render(&env, &messages, tools, &bos, &eos)?;
+            let (text, lits) = crate::chat::render(&chat, &specials, &p)?;
+            Ok(lits.split(&text).into_iter().map(|(t, _)| t).collect())
+        })
+        .await
+    }
+
+    /// Template + tokenize a chat on the pool.
+    pub async fn chat(&self, p: ChatPrompt) -> Result<ChatTokens, PrepareError> {
+        let (chat, specials) = (self.chat.clone(), self.specials.clone());
+        let model = self.model.clone();
+        self.on_pool(move || {
+            let (text, lits) = crate::chat::render(&chat, &specials, &p)?;
+            let in_reasoning = steward_formats::parse::starts_in_reasoning(chat.family, &text);
             // The template writes BOS itself when the model wants one; only
             // its own markup is parsed for special tokens.
             let mut toks = Vec::new();
             for (piece, special) in lits.split(&text) {
                 toks.extend(model.tokenize(piece, false, special));
             }
-            nonempty(toks)
+            Ok(ChatTokens {
+                tokens: nonempty(toks)?,
+                in_reasoning,
+            })
         })
         .await
+    }
+
+    /// Tokenize text for `/tokenize` (special-token text parsed when asked).
+    pub async fn tokenize(
+        &self,
+        text: String,
+        add_special: bool,
+        parse_special: bool,
+    ) -> Result<Vec<TokenId>, PrepareError> {
+        let model = self.model.clone();
+        self.on_pool(move || {
+            let add_bos = add_special && model.facts.add_bos;
+            Ok(model.tokenize(&text, add_bos, parse_special))
+        })
+        .await
+    }
+
+    /// Token ids back to text (control tokens spelled out).
+    pub fn detokenize(&self, tokens: &[TokenId]) -> Result<String, TokenId> {
+        let v = &self.model.vocab;
+        let mut bytes = Vec::new();
+        for &t in tokens {
+            if t < 0 || t as usize >= v.token_bytes.len() {
+                return Err(t);
+            }
+            bytes.extend_from_slice(v.special_text(t));
+        }
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
     }
 
     /// Tokenize a raw completion prompt on the pool (BOS added when the model
@@ -363,50 +378,16 @@ impl Preparer {
     }
 }
 
-/// The texts of the vocabulary's control tokens (those with no plain-text
-/// bytes of their own).
-fn specials(v: &crate::model::Vocab) -> crate::literal::Specials {
-    crate::literal::Specials::new(
-        v.token_bytes
-            .iter()
-            .zip(&v.token_text_special)
-            .filter(|(b, s)| b.is_empty() && !s.is_empty())
-            .map(|(_, s)| String::from_utf8_lossy(s).into_owned()),
-    )
-}
-
-/// Every client string of a chat, with special-token texts replaced by
-/// placeholders (`literal`).
-fn protect(
-    lits: &mut crate::literal::Literals,
-    sp: &crate::literal::Specials,
-    messages: Vec<TemplateMessage>,
-    tools: Option<ToolSpec>,
-) -> Result<(Vec<TemplateMessage>, Option<ToolSpec>), crate::literal::TooMany> {
-    let mut out = Vec::with_capacity(messages.len());
-    for m in messages {
-        out.push(TemplateMessage {
-            role: m.role,
-            content: lits.protect(&m.content, sp)?,
-            tool_calls: match m.tool_calls {
-                Some(c) => Some(
-                    c.iter()
-                        .map(|v| lits.protect_json(v, sp))
-                        .collect::<Result<_, _>>()?,
-                ),
-                None => None,
-            },
-            tool_call_id: m.tool_call_id.map(|t| lits.protect(&t, sp)).transpose()?,
-            name: m.name.map(|t| lits.protect(&t, sp)).transpose()?,
-        });
-    }
-    let tools = match tools {
-        Some(t) => Some(ToolSpec {
-            tools: lits.protect_json(&t.tools, sp)?,
-        }),
-        None => None,
-    };
-    Ok((out, tools))
+/// The vocabulary's control tokens (no plain-text bytes of their own) and
+/// their texts.
+fn special_texts(v: &crate::model::Vocab) -> Vec<(TokenId, String)> {
+    v.token_bytes
+        .iter()
+        .zip(&v.token_text_special)
+        .enumerate()
+        .filter(|(_, (b, s))| b.is_empty() && !s.is_empty())
+        .map(|(i, (_, s))| (i as TokenId, String::from_utf8_lossy(s).into_owned()))
+        .collect()
 }
 
 fn nonempty(t: Vec<TokenId>) -> Result<Vec<TokenId>, PrepareError> {
@@ -415,157 +396,6 @@ fn nonempty(t: Vec<TokenId>) -> Result<Vec<TokenId>, PrepareError> {
     } else {
         Ok(t)
     }
-}
-
-/// The tool-use instructions Steward writes for a template that does not
-/// render `tools` (the Hermes convention, which Qwen2.5 and many fine-tunes
-/// follow); calls are read back from `<tool_call>` blocks.
-fn tools_preamble(tools: &serde_json::Value) -> String {
-    let mut s = String::from(
-        "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n\
-         You are provided with function signatures within <tools></tools> XML tags:\n<tools>",
-    );
-    for t in tools.as_array().into_iter().flatten() {
-        s.push('\n');
-        s.push_str(&t.to_string());
-    }
-    s.push_str(
-        "\n</tools>\n\nFor each function call, return a json object with function name and \
-         arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n\
-         {\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>",
-    );
-    s
-}
-
-/// The text of one assistant tool call as the model writes it.
-pub fn tool_call_text(name: &str, arguments: &serde_json::Value) -> String {
-    format!(
-        "<tool_call>\n{}\n</tool_call>",
-        serde_json::json!({"name": name, "arguments": arguments})
-    )
-}
-
-fn tool_messages<'a>(
-    native: bool,
-    messages: &[TemplateMessage],
-    tools: Option<&'a ToolSpec>,
-) -> (Vec<TemplateMessage>, Option<&'a serde_json::Value>) {
-    if native {
-        return (messages.to_vec(), tools.map(|t| &t.tools));
-    }
-    let mut out = Vec::with_capacity(messages.len() + 1);
-    if let Some(t) = tools {
-        let pre = tools_preamble(&t.tools);
-        match messages.first() {
-            Some(m) if m.role == "system" || m.role == "developer" => {
-                out.push(TemplateMessage {
-                    role: "system".into(),
-                    content: format!("{}\n\n{pre}", m.content),
-                    ..Default::default()
-                });
-            }
-            _ => out.push(TemplateMessage {
-                role: "system".into(),
-                content: pre,
-                ..Default::default()
-            }),
-        }
-    }
-    let skip = usize::from(
-        tools.is_some()
-            && messages
-                .first()
-                .is_some_and(|m| m.role == "system" || m.role == "developer"),
-    );
-    for m in &messages[skip..] {
-        match m.role.as_str() {
-            "assistant" if m.tool_calls.is_some() => {
-                let mut content = m.content.clone();
-                for c in m.tool_calls.iter().flatten() {
-                    let f = &c["function"];
-                    let name = f["name"].as_str().unwrap_or_default();
-                    if !content.is_empty() {
-                        content.push('\n');
-                    }
-                    content.push_str(&tool_call_text(name, &f["arguments"]));
-                }
-                out.push(TemplateMessage {
-                    role: "assistant".into(),
-                    content,
-                    ..Default::default()
-                });
-            }
-            "tool" => out.push(TemplateMessage {
-                role: "user".into(),
-                content: format!("<tool_response>\n{}\n</tool_response>", m.content),
-                ..Default::default()
-            }),
-            _ => out.push(TemplateMessage {
-                role: m.role.clone(),
-                content: m.content.clone(),
-                ..Default::default()
-            }),
-        }
-    }
-    (out, None)
-}
-
-/// The template environment for `source` (Hugging Face conventions: the
-/// Python string methods, `raise_exception`, the builtins).
-fn environment(source: String) -> Result<Environment<'static>, JinjaError> {
-    let mut env = Environment::new();
-    minijinja_contrib::add_to_environment(&mut env);
-    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-    env.add_function("raise_exception", raise_exception);
-    env.add_template_owned("chat", source)?;
-    Ok(env)
-}
-
-/// A chat as one template renders it, the client's strings protected and
-/// the result in tokenizer pieces (text, parse special tokens): the
-/// prepare path without a model, for tests and fuzzing. `specials`: the
-/// control tokens' texts.
-pub fn render_pieces(
-    source: &str,
-    specials: &[&str],
-    messages: Vec<TemplateMessage>,
-    tools: Option<ToolSpec>,
-) -> Result<Vec<(String, bool)>, PrepareError> {
-    let env = environment(source.to_string()).map_err(|e| PrepareError::Template(e.to_string()))?;
-    let sp = crate::literal::Specials::new(specials.iter().map(|s| s.to_string()));
-    let mut lits = crate::literal::Literals::default();
-    let (messages, tools) = protect(&mut lits, &sp, messages, tools)
-        .map_err(|e| PrepareError::Template(e.to_string()))?;
-    let (messages, tools) = tool_messages(tools.is_some(), &messages, tools.as_ref());
-    let text = render(&env, &messages, tools, "", "")?;
-    Ok(lits
-        .split(&text)
-        .into_iter()
-        .map(|(t, sp)| (t.to_string(), sp))
-        .collect())
-}
-
-/// The fallback template (ChatML), for tests and fuzzing.
-pub const CHATML: &str = FALLBACK_TEMPLATE;
-
-fn render(
-    env: &Environment<'static>,
-    messages: &[TemplateMessage],
-    tools: Option<&serde_json::Value>,
-    bos: &str,
-    eos: &str,
-) -> Result<String, PrepareError> {
-    let tmpl = env
-        .get_template("chat")
-        .map_err(|e| PrepareError::Template(e.to_string()))?;
-    tmpl.render(context! {
-        messages => messages,
-        tools => tools,
-        add_generation_prompt => true,
-        bos_token => bos,
-        eos_token => eos,
-    })
-    .map_err(|e| PrepareError::Template(e.to_string()))
 }
 
 #[cfg(test)]
@@ -589,42 +419,6 @@ mod tests {
                 requested: 51,
                 cap: 50
             })
-        );
-    }
-
-    #[test]
-    fn template_raise_exception_is_an_error_not_a_panic() {
-        let mut env = Environment::new();
-        env.add_function("raise_exception", raise_exception);
-        env.add_template_owned(
-            "chat",
-            "{{ raise_exception('no system role') }}".to_string(),
-        )
-        .unwrap();
-        let r = render(&env, &[], None, "", "");
-        assert!(matches!(r, Err(PrepareError::Template(m)) if m.contains("no system role")));
-    }
-
-    #[test]
-    fn fallback_chatml_renders() {
-        let mut env = Environment::new();
-        env.add_template_owned("chat", FALLBACK_TEMPLATE.to_string())
-            .unwrap();
-        let out = render(
-            &env,
-            &[TemplateMessage {
-                role: "user".into(),
-                content: "hi".into(),
-                ..Default::default()
-            }],
-            None,
-            "",
-            "",
-        )
-        .unwrap();
-        assert_eq!(
-            out,
-            "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
         );
     }
 }

@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use steward_engine::prepare::TemplateMessage;
+use steward_engine::chat::ChatPrompt;
 use steward_engine::{
     Engine, EngineConfig, EngineHandle, Event, Finished, GenerateRequest, SamplingParams, TokenId,
 };
@@ -23,16 +23,12 @@ async fn engine(prefix_cache: bool) -> EngineHandle {
     h
 }
 
-fn msg(role: &str, content: &str) -> TemplateMessage {
-    TemplateMessage {
-        role: role.into(),
-        content: content.into(),
-        ..Default::default()
-    }
+fn msg(role: &str, content: &str) -> serde_json::Value {
+    serde_json::json!({"role": role, "content": content})
 }
 
-async fn chat(h: &EngineHandle, m: Vec<TemplateMessage>) -> Vec<TokenId> {
-    h.preparer().chat(m, None).await.unwrap()
+async fn chat(h: &EngineHandle, m: Vec<serde_json::Value>) -> Vec<TokenId> {
+    h.preparer().chat(ChatPrompt::new(m)).await.unwrap().tokens
 }
 
 fn request(prompt: Vec<TokenId>, max_tokens: u32) -> GenerateRequest {
@@ -52,6 +48,7 @@ fn request(prompt: Vec<TokenId>, max_tokens: u32) -> GenerateRequest {
         tokenized: Instant::now(),
         deadline: None,
         constraint: None,
+        markers: None,
     }
 }
 

@@ -38,16 +38,12 @@ fn greedy() -> SamplingParams {
 
 async fn prompt_tokens(h: &EngineHandle, text: &str) -> Vec<TokenId> {
     h.preparer()
-        .chat(
-            vec![steward_engine::prepare::TemplateMessage {
-                role: "user".into(),
-                content: text.into(),
-                ..Default::default()
-            }],
-            None,
-        )
+        .chat(steward_engine::chat::ChatPrompt::new(vec![
+            serde_json::json!({"role": "user", "content": text}),
+        ]))
         .await
         .unwrap()
+        .tokens
 }
 
 fn request(prompt: Vec<TokenId>, max_tokens: u32, sampling: SamplingParams) -> GenerateRequest {
@@ -64,6 +60,7 @@ fn request(prompt: Vec<TokenId>, max_tokens: u32, sampling: SamplingParams) -> G
         tokenized: Instant::now(),
         deadline: None,
         constraint: None,
+        markers: None,
     }
 }
 

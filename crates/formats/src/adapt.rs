@@ -28,10 +28,23 @@ pub struct Profile {
     pub system_ok: bool,
     /// It knows the `developer` role by name.
     pub developer_role: bool,
+    /// It takes a call's `arguments` as JSON text, not an object
+    /// (Functionary v3.2 concatenates them to strings).
+    pub args_as_text: bool,
+    /// It prints assistant `tool_calls` and `tool` results itself, even if
+    /// it does not print `tools` (DeepSeek V3.1, the R1 distills).
+    pub history_calls: bool,
+    /// The family whose call syntax the model is told to use and is read
+    /// back in (`fit`'s instructions); `Generic` (Hermes) when the
+    /// template knows none.
+    pub family: crate::family::Family,
+    /// The family's newer syntax (`grammar::Variant::Newer`).
+    pub newer: bool,
 }
 
 impl Profile {
     pub fn probe(t: &ChatTemplates, kwargs: &Map<String, Value>) -> Profile {
+        let detected = crate::family::detect(t);
         let user = json!({"role": "user", "content": "hi"});
         let tools = json!([{"type": "function", "function": {"name": PROBE_TOOL,
             "description": "probe", "parameters": {"type": "object", "properties": {}}}}]);
@@ -62,11 +75,32 @@ impl Profile {
         let developer_role = ["'developer'", "\"developer\""]
             .iter()
             .any(|d| src.contains(d) || tool_src.contains(d));
+        let turn = |args: Value| {
+            let call = json!({"role": "assistant", "content": "", "tool_calls": [{"id": "a1B2c3D4e",
+                "type": "function", "function": {"name": PROBE_TOOL, "arguments": args}}]});
+            let result = json!({"role": "tool", "tool_call_id": "a1B2c3D4e", "content": "ok"});
+            render(&[user.clone(), call, result], Some(&tools))
+        };
+        let as_object = turn(json!({"x": 1}));
+        let as_text = turn(json!("{\"x\": 1}"));
+        let args_as_text = as_object.is_err() && as_text.is_ok();
+        let history_calls = as_object.or(as_text).is_ok_and(|s| s.contains(PROBE_TOOL));
+        let family = if native_tools || history_calls {
+            detected
+        } else {
+            crate::family::Family::Generic
+        };
+        let newer =
+            crate::grammar::Variant::detect(family, &tool_src) == crate::grammar::Variant::Newer;
         Profile {
             native_tools,
             system_tools_key,
             system_ok,
             developer_role,
+            args_as_text,
+            history_calls,
+            family,
+            newer,
         }
     }
 }
@@ -87,6 +121,29 @@ pub fn hermes_preamble(tools: &Value) -> String {
          arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n\
          {\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>",
     );
+    s
+}
+
+/// Tool instructions in the family's own call syntax, for a template that
+/// prints calls but not `tools` (DeepSeek V3.1 and the R1 distills are
+/// given tools in the system prompt this way).
+pub fn family_preamble(p: &Profile, tools: &Value) -> String {
+    let Some(example) = p
+        .family
+        .call_text(p.newer, "<function-name>", "<args-json-object>")
+    else {
+        return hermes_preamble(tools);
+    };
+    let mut s = String::from(
+        "# Tools\n\nYou may call one or more functions to assist with the user query. \
+         The functions, as JSON schemas:\n",
+    );
+    for t in tools.as_array().into_iter().flatten() {
+        s.push('\n');
+        s.push_str(&t.to_string());
+    }
+    s.push_str("\n\nTo call a function, write exactly:\n");
+    s.push_str(&example);
     s
 }
 
@@ -120,6 +177,28 @@ pub fn fit(p: &Profile, messages: &[Value], tools: Option<&Value>) -> (Vec<Value
             }
         }
     }
+    // Call arguments as the template takes them: objects (Hugging Face's
+    // convention; OpenAI sends JSON text), or text for the few that
+    // concatenate them (written as Python's json.dumps would).
+    for m in &mut out {
+        for c in m["tool_calls"].as_array_mut().into_iter().flatten() {
+            let a = &mut c["function"]["arguments"];
+            match (p.args_as_text, &*a) {
+                (false, Value::String(t)) => {
+                    if let Ok(v) = serde_json::from_str::<Value>(t) {
+                        *a = v;
+                    }
+                }
+                (true, v) if !v.is_string() && !v.is_null() => {
+                    let mv = minijinja::Value::from_serialize(&*v);
+                    if let Ok(t) = crate::template::pyjson::dumps(&mv, &Default::default()) {
+                        *a = Value::String(t);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
     let Some(tools) = tools else {
         return (out, None);
     };
@@ -134,7 +213,11 @@ pub fn fit(p: &Profile, messages: &[Value], tools: Option<&Value>) -> (Vec<Value
         }
         return (out, Some(tools.clone()));
     }
-    let pre = hermes_preamble(tools);
+    let pre = if p.history_calls {
+        family_preamble(p, tools)
+    } else {
+        hermes_preamble(tools)
+    };
     let mut fitted = Vec::with_capacity(out.len() + 1);
     let mut rest = out.into_iter().peekable();
     if p.system_ok {
@@ -152,6 +235,8 @@ pub fn fit(p: &Profile, messages: &[Value], tools: Option<&Value>) -> (Vec<Value
     for m in rest {
         let role = m["role"].as_str().unwrap_or_default().to_string();
         match role.as_str() {
+            // The template prints calls and results in its own syntax.
+            "assistant" | "tool" if p.history_calls => fitted.push(m),
             "assistant" if m["tool_calls"].is_array() => {
                 let mut content = text_of(&m);
                 for c in m["tool_calls"].as_array().into_iter().flatten() {

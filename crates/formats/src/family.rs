@@ -152,6 +152,31 @@ impl Family {
         }
     }
 
+    /// One call as this family writes it (`args`: JSON text), for the
+    /// instructions Steward writes to a model whose template does not
+    /// print `tools`. `None` for a family without a call syntax.
+    pub fn call_text(self, newer: bool, name: &str, args: &str) -> Option<String> {
+        Some(match self {
+            Family::Hermes => format!("<tool_call>\n{{\"name\": \"{name}\", \"arguments\": {args}}}\n</tool_call>"),
+            Family::QwenXml => format!("<tool_call>\n<function={name}>\n<parameter=ARG>\nVALUE\n</parameter>\n</function>\n</tool_call>"),
+            Family::Llama3 => format!("{{\"name\": \"{name}\", \"parameters\": {args}}}"),
+            Family::Mistral if newer => format!("[TOOL_CALLS]{name}[ARGS]{args}"),
+            Family::Mistral => format!("[TOOL_CALLS][{{\"name\": \"{name}\", \"arguments\": {args}}}]"),
+            Family::DeepSeek if newer => format!("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>{name}<｜tool▁sep｜>{args}<｜tool▁call▁end｜><｜tool▁calls▁end｜>"),
+            Family::DeepSeek => format!("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>{name}\n```json\n{args}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"),
+            Family::Harmony => format!("<|channel|>commentary to=functions.{name} <|constrain|>json<|message|>{args}<|call|>"),
+            Family::FunctionaryV31 => format!("<function={name}>{args}</function>"),
+            Family::FunctionaryV32 => format!(">>>{name}\n{args}"),
+            Family::CommandR => format!("<|START_ACTION|>[{{\"tool_call_id\": \"0\", \"tool_name\": \"{name}\", \"parameters\": {args}}}]<|END_ACTION|>"),
+            Family::ToolCallToken => format!("<|tool_call|>[{{\"name\": \"{name}\", \"arguments\": {args}}}]"),
+            Family::Functools => format!("functools[{{\"name\": \"{name}\", \"arguments\": {args}}}]"),
+            Family::Kimi => format!("<|tool_calls_section_begin|><|tool_call_begin|>functions.{name}:0<|tool_call_argument_begin|>{args}<|tool_call_end|><|tool_calls_section_end|>"),
+            Family::Glm => format!("<tool_call>{name}\n<arg_key>ARG</arg_key>\n<arg_value>VALUE</arg_value>\n</tool_call>"),
+            Family::Gemma4 => format!("<|tool_call>call:{name}{{ARG:VALUE}}<tool_call|>"),
+            Family::Generic => return None,
+        })
+    }
+
     /// Tool call ids as this family's templates accept them: Mistral's
     /// require 9 alphanumerics; Kimi's are `functions.NAME:INDEX`;
     /// others take OpenAI's `call_…`.

@@ -12,4 +12,5 @@ pub use template::{ChatTemplates, RenderArgs, TemplateError};
 pub mod adapt;
 pub mod fallback;
 pub mod family;
+pub mod grammar;
 pub mod parse;

@@ -84,6 +84,14 @@ pub struct ChatMessage {
     /// Tool turns: the call this result answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
+    /// Assistant turns: the reasoning before the answer (given back to
+    /// templates that print it; `thinking` and `reasoning` are read too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<String>,
 }
 
 /// Message content: a string, or a list of typed parts (only `text` parts
@@ -114,6 +122,29 @@ pub struct ChatCompletionRequest {
     pub tool_choice: Option<Value>,
     pub parallel_tool_calls: Option<Value>,
     pub response_format: Option<Value>,
+    /// Keyword arguments for the chat template (vLLM, llama-server).
+    #[serde(default)]
+    pub chat_template_kwargs: Option<Value>,
+    /// Shortcut for `chat_template_kwargs.enable_thinking` (and `thinking`).
+    #[serde(default)]
+    pub enable_thinking: Option<Value>,
+    /// `low`, `medium` or `high`: `chat_template_kwargs.reasoning_effort`.
+    #[serde(default)]
+    pub reasoning_effort: Option<Value>,
+    /// Open a new assistant turn after the messages (default: yes, unless
+    /// the last message is the assistant's, which is then continued).
+    #[serde(default)]
+    pub add_generation_prompt: Option<Value>,
+    /// Continue the final (assistant) message instead of starting a turn.
+    #[serde(default)]
+    pub continue_final_message: Option<Value>,
+    /// `none`: leave reasoning in `content`; otherwise (default) it is
+    /// returned as `reasoning_content`.
+    #[serde(default)]
+    pub reasoning_format: Option<Value>,
+    /// A named template variant of the model (`tool_use`, `rag`, …).
+    #[serde(default)]
+    pub chat_template_name: Option<Value>,
 }
 
 /// Legacy completions prompt: a string, a list with one string, or token IDs.
@@ -186,6 +217,8 @@ pub struct ResponseMessage {
     /// `null` when the turn is only tool calls.
     pub content: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<Vec<ToolCall>>,
 }
 
@@ -253,6 +286,8 @@ pub struct Delta {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<Vec<ToolCallDelta>>,
 }
 
@@ -314,6 +349,10 @@ pub struct ModelCard {
     /// Steward extension: the immutable model identity.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub identity: Option<Value>,
+    /// Steward extension: where the chat template came from (`gguf`,
+    /// `--chat-template …`, `fallback …`), its variants, family.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chat_template: Option<Value>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]

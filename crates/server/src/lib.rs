@@ -9,9 +9,11 @@
 
 pub mod conn;
 pub mod error;
+mod introspect;
 pub mod limits;
 pub mod logprobs;
 pub mod metrics;
+pub mod output;
 mod reply;
 pub mod tools;
 pub mod validate;
@@ -32,6 +34,7 @@ use steward_engine::{EngineHandle, Event, GenerateRequest, PrepareError, Prepare
 use steward_protocol as p;
 
 use crate::error::ApiError;
+use crate::output::OutputCtx;
 use crate::reply::{collect, ctx_timeout, sse_response, ReplyCtx};
 use crate::validate::PromptInput;
 
@@ -193,6 +196,10 @@ pub fn app(state: Shared) -> Router {
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/completions", post(completions))
         .route("/v1/models", get(models))
+        .route("/v1/chat/completions/render", post(introspect::render))
+        .route("/apply-template", post(introspect::apply_template))
+        .route("/tokenize", post(introspect::tokenize))
+        .route("/detokenize", post(introspect::detokenize))
         .route("/metrics", get(metrics_text))
         .route("/debug/ledger", get(debug_ledger))
         .route("/debug/requests", get(debug_requests))
@@ -441,6 +448,7 @@ async fn models(State(s): State<Shared>) -> Result<Json<p::ModelList>, ApiError>
             created: now_secs(),
             owned_by: "steward".into(),
             identity: serde_json::to_value(engine.identity()).ok(),
+            chat_template: serde_json::to_value(engine.preparer().template_info()).ok(),
         }],
     }))
 }
@@ -531,7 +539,7 @@ async fn run(
     arrival: Instant,
 ) -> Result<Response, ApiError> {
     let engine = s.eng()?;
-    let (spec, input) = match api {
+    let (mut spec, input) = match api {
         Api::Chat => validate::chat(&body, seq, &s.limits)?,
         Api::Completion => {
             validate::completion(&body, seq, engine.preparer().n_vocab(), &s.limits)?
@@ -567,7 +575,13 @@ async fn run(
     // vocabulary's longest token of text).
     let tool_bytes = spec.tools.as_ref().map_or(0, |t| t.tools.to_string().len());
     let text_bytes = match &input {
-        PromptInput::Chat(m) => tool_bytes + m.iter().map(|m| m.content.len()).sum::<usize>(),
+        PromptInput::Chat(c) => {
+            tool_bytes
+                + c.messages
+                    .iter()
+                    .map(|m| m.to_string().len())
+                    .sum::<usize>()
+        }
         PromptInput::Text(t) => t.len(),
         PromptInput::Tokens(_) => 0,
     };
@@ -575,15 +589,20 @@ async fn run(
         .preparer()
         .check_text_fits(text_bytes, engine.context_limit())?;
     let mut echo_text = None;
+    let mut output = None;
+    let mut in_reasoning = false;
     let prompt = match input {
-        PromptInput::Chat(m) => {
-            let tools = spec
-                .tools
-                .as_ref()
-                .map(|t| steward_engine::prepare::ToolSpec {
-                    tools: t.tools.clone(),
-                });
-            engine.preparer().chat(m, tools).await?
+        PromptInput::Chat(c) => {
+            let pr = engine.preparer();
+            let t = pr.chat(c).await?;
+            in_reasoning = t.in_reasoning;
+            output = Some(OutputCtx {
+                family: pr.family(),
+                tools: spec.tools.as_ref().map(|p| p.tools.clone()),
+                reasoning: spec.reasoning,
+                in_reasoning: t.in_reasoning,
+            });
+            t.tokens
         }
         PromptInput::Text(t) => {
             if spec.echo {
@@ -616,6 +635,25 @@ async fn run(
         u64::from(max_tokens)
     };
     validate::check_logprob_volume(&spec, lp_tokens, &s.limits)?;
+    // A forced call's grammar: the family's syntax, its reasoning block
+    // allowed first (at most half of max_tokens).
+    if let Some(plan) = spec.tools.as_ref().filter(|_| api == Api::Chat) {
+        let pr = engine.preparer();
+        let special = |text: &str| pr.special_id(text).map(|t| t as u32);
+        let reasoning = steward_formats::grammar::Reasoning {
+            trained: pr.template_info().reasons,
+            open: in_reasoning,
+            budget: (max_tokens as usize / 2).max(1),
+        };
+        if let Some(g) = plan
+            .forced_grammar(pr.family(), pr.variant(), reasoning, &special)
+            .transpose()
+            .map_err(|m| ApiError::unsupported(m, "tool_choice"))?
+        {
+            tracing::debug!(grammar = %g, "forced call grammar");
+            spec.grammar = Some((steward_engine::constraint::Grammar::Lark(g), "tools"));
+        }
+    }
     let mut constraint = match &spec.grammar {
         None => None,
         Some((g, param)) => Some(engine.preparer().constraint(g.clone()).await.map_err(
@@ -669,6 +707,7 @@ async fn run(
             } else {
                 constraint.clone()
             },
+            markers: (api == Api::Chat).then(|| engine.preparer().markers()),
         })?);
     }
     let ctx = ReplyCtx {
@@ -681,6 +720,7 @@ async fn run(
         engine: engine.clone(),
         echo_text,
         first_prompt_token,
+        output,
     };
     // Wait for the first choice's admission (or a queue timeout, which is
     // then a real 503). Only the first: with fewer free slots than `n` the

@@ -236,6 +236,12 @@ struct ServeArgs {
     /// Shortest prefix (tokens) the host tier saves or restores.
     #[arg(long, default_value_t = 128)]
     prefix_host_min: usize,
+    /// Chat template replacing the GGUF's: a Jinja file, or a built-in
+    /// (`chatml`, `gemma`, `plain`). Without it the GGUF's template is used
+    /// (startup fails, naming it, if it does not compile); a GGUF without
+    /// one gets the built-in its vocabulary fits (see `/v1/models`).
+    #[arg(long, value_name = "FILE|chatml|gemma|plain")]
+    chat_template: Option<String>,
     #[command(flatten)]
     limits: LimitArgs,
 }
@@ -513,6 +519,17 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
         .max(1);
     c.prefix_host_bytes = a.prefix_host_mb.unwrap_or(if gpu { 0 } else { 512 }) << 20;
     c.prefix_host_min = a.prefix_host_min;
+    c.chat_template = match a.chat_template.as_deref() {
+        None => None,
+        Some(name) => Some(match steward_engine::prepare::builtin_template(name) {
+            Some(src) => (name.to_string(), src.to_string()),
+            None => (
+                name.to_string(),
+                std::fs::read_to_string(name)
+                    .with_context(|| format!("--chat-template {name}: not a built-in (chatml, gemma, plain) and not a readable file"))?,
+            ),
+        }),
+    };
     c.progress = true;
     let addr: SocketAddr = format!("{}:{}", a.host, a.port)
         .parse()

@@ -12,8 +12,9 @@ use steward_engine::{EngineHandle, Event, FinishReason, Finished, RequestStream,
 use steward_protocol as p;
 
 use crate::error::ApiError;
+use crate::output::{self, OutputCtx, Piece};
 use crate::validate::GenSpec;
-use crate::{logprobs, tools, Api, Shared};
+use crate::{logprobs, Api, Shared};
 
 /// One choice's whole answer: text, logprobs, and how it ended.
 type Collected = (String, Vec<TokenLogprob>, Finished);
@@ -67,6 +68,8 @@ pub(crate) struct ReplyCtx {
     /// Completions `echo`: the prompt text to return before the completion.
     pub(crate) echo_text: Option<String>,
     pub(crate) first_prompt_token: Option<steward_engine::TokenId>,
+    /// Chat: how the output is read (format, tools, reasoning).
+    pub(crate) output: Option<OutputCtx>,
 }
 
 /// Usage of a whole request: the prompt once, every choice's completion.
@@ -161,32 +164,20 @@ impl ReplyCtx {
                     .iter()
                     .enumerate()
                     .map(|(i, (text, lps, f))| {
-                        let (content, calls) = match &self.spec.tools {
-                            Some(_) => tools::parse_all(text),
-                            None => (Some(text.clone()), Vec::new()),
+                        let (content, reasoning_content, calls) = match &self.output {
+                            Some(o) => output::whole(o, &self.id, i as u32, text),
+                            None => (Some(text.clone()), None, Vec::new()),
                         };
-                        let tool_calls = (!calls.is_empty()).then(|| {
-                            calls
-                                .iter()
-                                .enumerate()
-                                .map(|(k, (name, args))| p::ToolCall {
-                                    id: tools::call_id(&self.id, i as u32, k as u32),
-                                    kind: "function".into(),
-                                    function: p::FunctionCall {
-                                        name: name.clone(),
-                                        arguments: args.clone(),
-                                    },
-                                })
-                                .collect()
-                        });
+                        let n_calls = calls.len() as u32;
                         p::ChatChoice {
                             index: i as u32,
                             message: p::ResponseMessage {
                                 role: "assistant".into(),
                                 content,
-                                tool_calls,
+                                reasoning_content,
+                                tool_calls: (!calls.is_empty()).then_some(calls),
                             },
-                            finish_reason: finish_str(f.reason, calls.len() as u32),
+                            finish_reason: finish_str(f.reason, n_calls),
                             logprobs: self.logprobs_value(lps, Some(f)),
                         }
                     })
@@ -254,6 +245,7 @@ impl ReplyCtx {
                     delta: p::Delta {
                         role: body.role.then(|| "assistant".to_string()),
                         content: body.text,
+                        reasoning_content: body.reasoning,
                         tool_calls: body.calls,
                     },
                     finish_reason: body.finish,
@@ -307,6 +299,7 @@ impl ReplyCtx {
 struct ChunkBody {
     role: bool,
     text: Option<String>,
+    reasoning: Option<String>,
     calls: Option<Vec<p::ToolCallDelta>>,
     finish: Option<String>,
 }
@@ -315,8 +308,8 @@ struct ChunkBody {
 #[derive(Default)]
 struct ChoiceState {
     started: bool,
-    /// Tool-call parser, when the request carries tools.
-    tools: Option<tools::ToolStream>,
+    /// The chat output's reader (format, reasoning, tool calls).
+    reader: Option<output::Reader>,
     /// Logprobs not yet attached to a chunk (held with held-back text).
     held_lps: Vec<TokenLogprob>,
     echo: Option<String>,
@@ -354,29 +347,37 @@ impl ReplyCtx {
         out: &mut std::collections::VecDeque<String>,
     ) {
         c.held_lps.extend(lps);
-        let pieces = match c.tools.as_mut() {
+        let pieces = match c.reader.as_mut() {
             // Empty text: keep its logprobs for the next chunk, unless this
             // is the end and some are held.
             None if text.is_empty() && (!end || c.held_lps.is_empty()) => Vec::new(),
-            None => vec![tools::Piece::Content(text)],
-            Some(ts) => {
-                let mut v = ts.push(&text);
+            None => vec![Piece::Content(text)],
+            Some(r) => {
+                let mut v = r.push(&text);
                 if end {
-                    v.extend(ts.finish());
+                    v.extend(r.finish());
+                }
+                // Logprobs held with held-back text go out at the end.
+                if end && v.is_empty() && !c.held_lps.is_empty() {
+                    v.push(Piece::Content(String::new()));
                 }
                 v
             }
         };
         for piece in pieces {
             let body = match piece {
-                tools::Piece::Content(t) => ChunkBody {
+                Piece::Content(t) => ChunkBody {
                     text: Some(t),
                     ..Default::default()
                 },
-                tools::Piece::CallStart { index, name } => ChunkBody {
+                Piece::Reasoning(t) => ChunkBody {
+                    reasoning: Some(t),
+                    ..Default::default()
+                },
+                Piece::CallStart { index, id, name } => ChunkBody {
                     calls: Some(vec![p::ToolCallDelta {
                         index,
-                        id: Some(tools::call_id(&self.id, i, index)),
+                        id: Some(id),
                         kind: Some("function".into()),
                         function: p::FunctionCallDelta {
                             name: Some(name),
@@ -385,7 +386,7 @@ impl ReplyCtx {
                     }]),
                     ..Default::default()
                 },
-                tools::Piece::Args { index, text } => ChunkBody {
+                Piece::Args { index, text } => ChunkBody {
                     calls: Some(vec![p::ToolCallDelta {
                         index,
                         id: None,
@@ -441,12 +442,11 @@ pub(crate) fn sse_response(
         })
         .collect();
     let choices = (0..n)
-        .map(|_| ChoiceState {
-            tools: ctx
-                .spec
-                .tools
+        .map(|i| ChoiceState {
+            reader: ctx
+                .output
                 .as_ref()
-                .map(|_| tools::ToolStream::default()),
+                .map(|o| output::Reader::new(o, &ctx.id, i as u32)),
             echo: ctx.echo_text.clone(),
             ..Default::default()
         })
@@ -503,7 +503,7 @@ pub(crate) fn sse_response(
                     let tail = c.echo.take().unwrap_or_default();
                     st.ctx
                         .text_chunks(i, c, tail, Vec::new(), true, &mut st.queue);
-                    let calls = c.tools.as_ref().map_or(0, tools::ToolStream::calls);
+                    let calls = c.reader.as_ref().map_or(0, output::Reader::calls);
                     let lps = std::mem::take(&mut c.held_lps);
                     let fin = ChunkBody {
                         finish: finish_str(f.reason, calls),

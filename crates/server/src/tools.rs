@@ -1,18 +1,13 @@
-//! Tool calling: the checked `tools` / `tool_choice` plan, the grammar that
-//! enforces `required` and named choices, and the parser that reads calls
-//! back out of the model's text (one implementation for streamed and
-//! non-streamed replies, so both give the same calls).
-//!
-//! Wire format of a call in the model's output (the Hermes convention, which
-//! the chat template is told about; see `steward_engine::prepare`):
-//! `<tool_call>\n{"name": "f", "arguments": {...}}\n</tool_call>`.
+//! Tool calling: the checked `tools` / `tool_choice` plan, and the grammar
+//! that enforces `required` and named choices in the model family's own
+//! call syntax (`steward_formats::grammar`). Calls are read back from the
+//! output by `crate::output` (`steward_formats::parse`).
 
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
-
-const OPEN: &str = "<tool_call>";
-const CLOSE: &str = "</tool_call>";
+use steward_formats::family::Family;
+use steward_formats::grammar::{grammar, Force, Function, Reasoning, Special, Variant};
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Choice {
@@ -148,328 +143,51 @@ pub fn plan(
 }
 
 impl ToolPlan {
-    /// For `required` and named choices: a Lark grammar whose every
-    /// sentence is one call (or several, with `parallel_tool_calls`) whose
-    /// arguments match the function's parameter schema.
-    pub fn forced_grammar(&self) -> Option<String> {
-        let one = |name: &str, params: &Value| {
-            json!({
-                "type": "object",
-                "properties": {"name": {"const": name}, "arguments": params},
-                "required": ["name", "arguments"],
-                "additionalProperties": false,
-            })
-        };
-        let mut schema = match &self.choice {
+    /// `required` or a named function: the output is constrained to calls.
+    pub fn forced(&self) -> bool {
+        self.choice != Choice::Auto
+    }
+
+    /// For a forced choice: the grammar of the call(s) in the model
+    /// family's own syntax (`steward_formats::grammar`), with its reasoning
+    /// block allowed first. `special`: control token ids by text.
+    pub fn forced_grammar(
+        &self,
+        family: Family,
+        variant: Variant,
+        reasoning: Reasoning,
+        special: Special,
+    ) -> Option<Result<String, String>> {
+        let named = match &self.choice {
             Choice::Auto => return None,
-            Choice::Named(n) => {
-                let (_, p) = self.functions.iter().find(|(f, _)| f == n)?;
-                one(n, p)
-            }
-            Choice::Required if self.functions.len() == 1 => {
-                one(&self.functions[0].0, &self.functions[0].1)
-            }
-            Choice::Required => json!({
-                "anyOf": self.functions.iter().map(|(n, p)| one(n, p)).collect::<Vec<_>>()
-            }),
+            Choice::Named(n) => Some(n.as_str()),
+            Choice::Required => None,
         };
-        schema["x-guidance"] = json!({
-            "whitespace_flexible": false,
-            "item_separator": ", ",
-            "key_separator": ": ",
-        });
-        // A named function is called once; `required` may make several
-        // calls when parallel calls are allowed.
-        let calls = if self.parallel && self.choice == Choice::Required {
-            "call (\"\\n\" call)*"
-        } else {
-            "call"
-        };
-        Some(format!(
-            "start: {calls}\ncall: \"<tool_call>\\n\" %json {schema} \"\\n</tool_call>\"\n"
+        let functions: Vec<Function> = self
+            .functions
+            .iter()
+            .map(|(name, params)| Function {
+                name: name.clone(),
+                params: params.clone(),
+            })
+            .collect();
+        Some(grammar(
+            family,
+            variant,
+            &Force::Calls {
+                functions: &functions,
+                named,
+                parallel: self.parallel,
+            },
+            reasoning,
+            special,
         ))
     }
-}
-
-/// What the parser hands on, in order.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Piece {
-    Content(String),
-    /// A call begins: its index among this choice's calls and its name.
-    CallStart {
-        index: u32,
-        name: String,
-    },
-    /// More of the current call's `arguments` JSON text.
-    Args {
-        index: u32,
-        text: String,
-    },
-}
-
-#[derive(Debug, Default)]
-enum State {
-    #[default]
-    Content,
-    /// Inside `<tool_call>`: the body so far.
-    Call,
-}
-
-/// Incremental parser of calls out of generated text. Text outside calls is
-/// content; inside a call, the name is announced as soon as the text before
-/// `"arguments":` parses, and the arguments are streamed as written, holding
-/// back only what may turn out to be the call object's closing brace.
-#[derive(Debug, Default)]
-pub struct ToolStream {
-    buf: String,
-    state: State,
-    calls: u32,
-    /// Byte offset in `buf` where the arguments begin, once the name is out.
-    args_at: Option<usize>,
-    emitted: usize,
-}
-
-/// `s` minus its longest suffix that is a proper prefix of `tag`.
-fn safe_len(s: &str, tag: &str) -> usize {
-    for k in (1..tag.len()).rev() {
-        if s.len() >= k && s.is_char_boundary(s.len() - k) && tag.starts_with(&s[s.len() - k..]) {
-            return s.len() - k;
-        }
-    }
-    s.len()
-}
-
-/// The arguments text of a call body from `args_at`: up to (not including)
-/// its last `}` (the call object's own), trimmed.
-fn args_text(region: &str) -> &str {
-    match region.rfind('}') {
-        Some(i) => region[..i].trim(),
-        None => "",
-    }
-}
-
-impl ToolStream {
-    pub fn calls(&self) -> u32 {
-        self.calls
-    }
-
-    pub fn push(&mut self, text: &str) -> Vec<Piece> {
-        self.buf.push_str(text);
-        let mut out = Vec::new();
-        self.advance(&mut out, false);
-        out
-    }
-
-    /// The text ended: flush whatever is held.
-    pub fn finish(&mut self) -> Vec<Piece> {
-        let mut out = Vec::new();
-        self.advance(&mut out, true);
-        out
-    }
-
-    fn advance(&mut self, out: &mut Vec<Piece>, end: bool) {
-        loop {
-            match self.state {
-                State::Content => {
-                    if let Some(i) = self.buf.find(OPEN) {
-                        if i > 0 {
-                            out.push(Piece::Content(self.buf[..i].to_string()));
-                        }
-                        self.buf.drain(..i + OPEN.len());
-                        self.state = State::Call;
-                        self.args_at = None;
-                        self.emitted = 0;
-                        continue;
-                    }
-                    let n = if end {
-                        self.buf.len()
-                    } else {
-                        safe_len(&self.buf, OPEN)
-                    };
-                    if n > 0 {
-                        out.push(Piece::Content(self.buf[..n].to_string()));
-                        self.buf.drain(..n);
-                    }
-                    return;
-                }
-                State::Call => {
-                    let close = self.buf.find(CLOSE);
-                    let body_end = close.unwrap_or(self.buf.len());
-                    if self.args_at.is_none() {
-                        if let Some((name, at)) = find_name(&self.buf[..body_end]) {
-                            out.push(Piece::CallStart {
-                                index: self.calls,
-                                name,
-                            });
-                            self.args_at = Some(at);
-                            self.emitted = 0;
-                        }
-                    }
-                    if close.is_none() && !end {
-                        if let Some(a) = self.args_at {
-                            let t = args_text(&self.buf[a..]);
-                            if t.len() > self.emitted {
-                                out.push(Piece::Args {
-                                    index: self.calls,
-                                    text: t[self.emitted..].to_string(),
-                                });
-                                self.emitted = t.len();
-                            }
-                        }
-                        return;
-                    }
-                    // The call is complete (or the text ended inside it).
-                    match self.args_at {
-                        Some(a) => {
-                            let t = args_text(&self.buf[a..body_end]);
-                            if t.len() > self.emitted {
-                                out.push(Piece::Args {
-                                    index: self.calls,
-                                    text: t[self.emitted..].to_string(),
-                                });
-                            }
-                            self.calls += 1;
-                        }
-                        None => {
-                            // No name could be read: the block was not a call.
-                            let mut s = String::from(OPEN);
-                            s.push_str(&self.buf[..body_end]);
-                            if close.is_some() {
-                                s.push_str(CLOSE);
-                            }
-                            out.push(Piece::Content(s));
-                        }
-                    }
-                    let rest = close.map_or(self.buf.len(), |c| c + CLOSE.len());
-                    self.buf.drain(..rest);
-                    self.state = State::Content;
-                    self.args_at = None;
-                    if end && self.buf.is_empty() {
-                        return;
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// The call's name once `{"name": "...", "arguments":` has arrived, and
-/// where its arguments begin.
-fn find_name(body: &str) -> Option<(String, usize)> {
-    let k = body.find("\"arguments\"")?;
-    let colon = body[k + 11..].find(':').map(|c| k + 11 + c)?;
-    let head = body[..k].trim_end().trim_end_matches(',');
-    let v: Value = serde_json::from_str(&format!("{head}}}")).ok()?;
-    let name = v.get("name").and_then(Value::as_str)?;
-    Some((name.to_string(), colon + 1))
-}
-
-/// A whole reply's text, parsed: content (None when empty and there are
-/// calls) and the calls as (name, arguments).
-pub fn parse_all(text: &str) -> (Option<String>, Vec<(String, String)>) {
-    let mut ts = ToolStream::default();
-    let mut pieces = ts.push(text);
-    pieces.extend(ts.finish());
-    let (content, calls) = assemble(pieces);
-    let content = if calls.is_empty() {
-        Some(content)
-    } else {
-        Some(content.trim().to_string()).filter(|c| !c.is_empty())
-    };
-    (content, calls)
-}
-
-/// Pieces put back together: all content, and (name, arguments) per call.
-fn assemble(pieces: Vec<Piece>) -> (String, Vec<(String, String)>) {
-    let mut content = String::new();
-    let mut calls: Vec<(String, String)> = Vec::new();
-    for p in pieces {
-        match p {
-            Piece::Content(c) => content.push_str(&c),
-            Piece::CallStart { name, .. } => calls.push((name, String::new())),
-            Piece::Args { text, .. } => {
-                if let Some(c) = calls.last_mut() {
-                    c.1.push_str(&text);
-                }
-            }
-        }
-    }
-    (content, calls)
-}
-
-/// A call ID unique to the request, choice and call.
-pub fn call_id(request_id: &str, choice: u32, index: u32) -> String {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    (request_id, choice, index).hash(&mut h);
-    format!("call_{:016x}", h.finish())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const CALLS: &str = "Sure.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"n\": {\"x\": 1}}}\n</tool_call>\n<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>";
-
-    #[test]
-    fn whole_text_parses_into_calls() {
-        let (content, calls) = parse_all(CALLS);
-        assert_eq!(content.as_deref(), Some("Sure."));
-        assert_eq!(
-            calls,
-            vec![
-                (
-                    "get_weather".to_string(),
-                    r#"{"city": "Paris", "n": {"x": 1}}"#.to_string()
-                ),
-                ("f".to_string(), "{}".to_string())
-            ]
-        );
-        let (content, calls) = parse_all("no tools here");
-        assert_eq!(content.as_deref(), Some("no tools here"));
-        assert!(calls.is_empty());
-    }
-
-    #[test]
-    fn streamed_in_any_split_gives_the_same_calls() {
-        let whole = parse_all(CALLS);
-        for step in 1..7 {
-            let mut ts = ToolStream::default();
-            let mut pieces = Vec::new();
-            let chars: Vec<char> = CALLS.chars().collect();
-            for c in chars.chunks(step) {
-                pieces.extend(ts.push(&c.iter().collect::<String>()));
-            }
-            pieces.extend(ts.finish());
-            // Every piece names the call it belongs to: the next one, or
-            // the current one.
-            let mut n = 0;
-            for p in &pieces {
-                match p {
-                    Piece::CallStart { index, .. } => {
-                        assert_eq!(*index, n);
-                        n += 1;
-                    }
-                    Piece::Args { index, .. } => assert_eq!(*index + 1, n),
-                    Piece::Content(_) => {}
-                }
-            }
-            let (content, calls) = assemble(pieces);
-            assert_eq!(content.trim(), whole.0.clone().unwrap(), "step {step}");
-            assert_eq!(calls, whole.1, "step {step}");
-            assert!(
-                !content.contains('<'),
-                "a tag leaked into content: {content:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn unparseable_block_stays_content() {
-        let (content, calls) = parse_all("<tool_call>oops</tool_call> done");
-        assert!(calls.is_empty());
-        assert_eq!(content.as_deref(), Some("<tool_call>oops</tool_call> done"));
-    }
 
     #[test]
     fn plan_checks_and_grammar() {
@@ -485,13 +203,35 @@ mod tests {
         )
         .unwrap()
         .unwrap();
-        let g = p.forced_grammar().unwrap();
-        assert!(g.starts_with("start: call\n"), "{g}");
+        let none = |_: &str| None;
+        let g = p
+            .forced_grammar(
+                Family::Hermes,
+                Variant::Plain,
+                Reasoning {
+                    trained: true,
+                    open: true,
+                    budget: 64,
+                },
+                &none,
+            )
+            .unwrap()
+            .unwrap();
+        assert!(g.starts_with("start: think call\n"), "{g}");
         assert!(g.contains("\"const\":\"get_weather\""), "{g}");
         assert!(plan(Some(tools.clone()), None, None)
             .unwrap()
             .unwrap()
-            .forced_grammar()
+            .forced_grammar(
+                Family::Hermes,
+                Variant::Plain,
+                Reasoning {
+                    trained: false,
+                    open: false,
+                    budget: 64
+                },
+                &none
+            )
             .is_none());
         for (t, c, param) in [
             (json!([{"type": "x"}]), json!("auto"), "tools[0]"),

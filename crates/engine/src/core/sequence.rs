@@ -62,6 +62,9 @@ pub(super) struct Sequence {
     constraint: Option<crate::constraint::Constraint>,
     masked: Vec<f32>,
     detok: StreamDetokenizer,
+    /// Control tokens emitted as their text (the chat format's markers,
+    /// for the server's parser).
+    markers: Option<std::sync::Arc<Vec<bool>>>,
     pub outbox: mpsc::Sender<Event>,
     pub note: std::sync::Arc<crate::stream::CancelNote>,
     pub deadline: Option<Instant>,
@@ -104,6 +107,7 @@ impl Sequence {
             constraint: r.constraint,
             masked: Vec::new(),
             detok: StreamDetokenizer::new(r.stop),
+            markers: r.markers,
             prompt: r.prompt,
             computed: reused,
             reused,
@@ -383,7 +387,15 @@ impl Sequence {
             self.outcome = Some(Outcome::Finished(FinishReason::Stop));
             return;
         }
-        let out = self.detok.push(vocab.bytes(tok));
+        let marker = self
+            .markers
+            .as_ref()
+            .is_some_and(|m| m.get(tok as usize) == Some(&true));
+        let out = self.detok.push(if marker {
+            vocab.special_text(tok)
+        } else {
+            vocab.bytes(tok)
+        });
         self.unsent.push_str(&out.text);
         self.unsent_tokens += 1;
         let complete = self.constraint.as_ref().is_some_and(|c| c.is_complete());

@@ -221,6 +221,11 @@ fn close_with(calls: Vec<CallView>, t: &str, j: usize, closer: &str, cx: &Ctx) -
             status: Status::Done(k + n),
         },
         M::Partial if !cx.end => open(calls),
+        // The stream ended inside the closing marker: it is the marker's.
+        M::Partial if k < t.len() => View {
+            calls,
+            status: Status::Done(t.len()),
+        },
         _ => View {
             calls,
             status: Status::Done(j),

@@ -61,6 +61,7 @@ fn request(
         tokenized: Instant::now(),
         deadline,
         constraint: None,
+        markers: None,
     }
 }
 fn harness(c: EngineConfig) -> Harness {
