@@ -69,7 +69,7 @@ impl Profile {
             .unwrap_or(false);
         let src = t.default_source();
         let system_tools_key = !native_tools
-            && (src.contains("message['tools']") || src.contains("message.tools"))
+            && (src.contains("['tools']") || src.contains(".tools"))
             && src.contains("<|tool|>");
         let tool_src = t.source_for(None, true).unwrap_or_default();
         let developer_role = ["'developer'", "\"developer\""]
@@ -87,6 +87,10 @@ impl Profile {
         let history_calls = as_object.or(as_text).is_ok_and(|s| s.contains(PROBE_TOOL));
         let family = if native_tools || history_calls {
             detected
+        } else if system_tools_key {
+            // Phi-4-mini: tools in the system message, calls written as
+            // `functools[…]` (or after `<|tool_call|>`).
+            crate::family::Family::ToolCallToken
         } else {
             crate::family::Family::Generic
         };

@@ -368,8 +368,11 @@ mod tests {
                 named: None,
                 parallel: false,
             },
-            false,
-            64,
+            Reasoning {
+                trained: true,
+                open: false,
+                budget: 64,
+            },
             &special,
         )
         .unwrap();
