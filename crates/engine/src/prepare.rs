@@ -144,6 +144,9 @@ pub struct Preparer {
     /// Per token: a marker of the chat format (emitted as its text for the
     /// server's parser).
     markers: Arc<Vec<bool>>,
+    /// The same for requests without tools: the reasoning markers only
+    /// (call markers stay out of the text, as every control token does).
+    reasoning_markers: Arc<Vec<bool>>,
     /// Control token ids by text (grammars name markers by id).
     special_ids: Arc<std::collections::HashMap<String, TokenId>>,
     /// Bytes of the vocabulary's longest token.
@@ -163,13 +166,17 @@ impl Preparer {
         let chat = crate::chat::setup(&model, &specials, &names, config.chat_template.as_ref())?;
         let special_ids: std::collections::HashMap<String, TokenId> =
             texts.iter().map(|(id, t)| (t.clone(), *id)).collect();
-        let family_markers = chat.family.markers();
-        let mut markers = vec![false; model.vocab.token_bytes.len()];
-        for (id, t) in &texts {
-            if family_markers.contains(&t.as_str()) && !model.vocab.is_eog(*id) {
-                markers[*id as usize] = true;
+        let table = |wanted: &[&str]| {
+            let mut m = vec![false; model.vocab.token_bytes.len()];
+            for (id, t) in &texts {
+                if wanted.contains(&t.as_str()) && !model.vocab.is_eog(*id) {
+                    m[*id as usize] = true;
+                }
             }
-        }
+            m
+        };
+        let markers = table(chat.family.markers());
+        let reasoning_markers = table(&chat.family.reasoning_markers());
         let tokenizer = Pool::new(
             "steward-tok",
             config.tokenizer_threads,
@@ -198,6 +205,7 @@ impl Preparer {
             max_token_bytes,
             specials,
             markers: Arc::new(markers),
+            reasoning_markers: Arc::new(reasoning_markers),
             special_ids: Arc::new(special_ids),
             compiler: Arc::new(std::sync::OnceLock::new()),
         })
@@ -217,9 +225,14 @@ impl Preparer {
         &self.chat.info
     }
 
-    /// The format's marker tokens, for `GenerateRequest::markers`.
-    pub fn markers(&self) -> Arc<Vec<bool>> {
-        self.markers.clone()
+    /// The format's marker tokens, for `GenerateRequest::markers`: all of
+    /// them when calls are read (`tools`), the reasoning ones otherwise.
+    pub fn markers(&self, tools: bool) -> Arc<Vec<bool>> {
+        if tools {
+            self.markers.clone()
+        } else {
+            self.reasoning_markers.clone()
+        }
     }
 
     /// The control token with exactly this text.

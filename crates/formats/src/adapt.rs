@@ -194,7 +194,7 @@ pub fn fit(p: &Profile, messages: &[Value], tools: Option<&Value>) -> (Vec<Value
                     }
                 }
                 (true, v) if !v.is_string() && !v.is_null() => {
-                    let mv = minijinja::Value::from_serialize(&*v);
+                    let mv = minijinja::Value::from_serialize(v);
                     if let Ok(t) = crate::template::pyjson::dumps(&mv, &Default::default()) {
                         *a = Value::String(t);
                     }

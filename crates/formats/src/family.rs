@@ -177,6 +177,21 @@ impl Family {
         })
     }
 
+    /// The markers reasoning needs (all of harmony's: its channels carry it).
+    pub fn reasoning_markers(self) -> Vec<&'static str> {
+        match self {
+            Family::Harmony => self.markers().to_vec(),
+            Family::CommandR => vec![
+                "<|START_THINKING|>",
+                "<|END_THINKING|>",
+                "<|START_RESPONSE|>",
+                "<|END_RESPONSE|>",
+            ],
+            Family::Gemma4 => vec!["<|channel>", "<channel|>"],
+            f => f.reasoning().map(|(o, c)| vec![o, c]).unwrap_or_default(),
+        }
+    }
+
     /// Tool call ids as this family's templates accept them: Mistral's
     /// require 9 alphanumerics; Kimi's are `functions.NAME:INDEX`;
     /// others take OpenAI's `call_…`.

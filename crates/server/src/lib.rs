@@ -707,7 +707,7 @@ async fn run(
             } else {
                 constraint.clone()
             },
-            markers: (api == Api::Chat).then(|| engine.preparer().markers()),
+            markers: (api == Api::Chat).then(|| engine.preparer().markers(spec.tools.is_some())),
         })?);
     }
     let ctx = ReplyCtx {
