@@ -78,6 +78,7 @@ transformers.logging.set_verbosity_error()
 # Qwen's tokenizers have no bos token at all (bos_token null): "" renders the
 # same as the undefined variable a real Qwen tokenizer leaves.
 TOKENS = [
+    ("SmolLM2", "<|im_start|>", "<|im_end|>"),
     ("meta-llama-Llama-3", "<|begin_of_text|>", "<|eot_id|>"),
     ("fireworks-ai-llama-3-firefunction", "<|begin_of_text|>", "<|eot_id|>"),
     ("meetkai-functionary-medium-v3", "<|begin_of_text|>", "<|eot_id|>"),

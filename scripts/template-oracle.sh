@@ -37,6 +37,8 @@ if ! venv_ok; then
   venv_ok || { echo "template-oracle: the venv at $env_dir does not import transformers and jinja2" >&2; exit 1; }
 fi
 
-templates="$("$root/scripts/fetch-templates.sh" | tail -n 1)"
+# STEWARD_ORACLE_TEMPLATES: a directory of templates to render instead
+# (scripts/oracle-templates.sh adds the default model's to the fetched ones).
+templates="${STEWARD_ORACLE_TEMPLATES:-$("$root/scripts/fetch-templates.sh" | tail -n 1)}"
 mkdir -p "$(dirname "$out")"
 exec "$env_dir/bin/python" "$root/scripts/template-oracle.py" --templates "$templates" "$out"

@@ -18,8 +18,8 @@ cargo build --release --bins
 echo "== default model"
 ./target/release/steward fetch-model
 echo "== chat templates: the transformers oracle and one tiny GGUF per template"
-./scripts/template-oracle.sh target/template-cases.json
 ./scripts/gen-template-ggufs.sh "$(./scripts/fetch-templates.sh | tail -n 1)" target/template-ggufs
+STEWARD_ORACLE_TEMPLATES="$(./scripts/oracle-templates.sh | tail -n 1)" ./scripts/template-oracle.sh target/template-cases.json
 echo "== cargo test"
 cargo test --release --workspace
 echo "== OpenAI Python client against steward serve"

@@ -128,6 +128,13 @@ fn renders_as_transformers() {
 }
 
 fn cases_dir() -> std::path::PathBuf {
+    // scripts/oracle-templates.sh: the fetched templates and the default
+    // model's, side by side.
+    let linked =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/oracle-templates");
+    if linked.is_dir() {
+        return linked;
+    }
     let cache = std::env::var("STEWARD_CACHE_DIR")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|_| {

@@ -7,8 +7,10 @@
 //! events as JSON or SSE. Dropping the response body (client gone) drops the
 //! `RequestStream`, which the engine treats as a cancellation.
 
+pub mod chat_input;
 pub mod conn;
 pub mod error;
+mod forcing;
 mod introspect;
 pub mod limits;
 pub mod logprobs;
@@ -635,25 +637,7 @@ async fn run(
         u64::from(max_tokens)
     };
     validate::check_logprob_volume(&spec, lp_tokens, &s.limits)?;
-    // A forced call's grammar: the family's syntax, its reasoning block
-    // allowed first (at most half of max_tokens).
-    if let Some(plan) = spec.tools.as_ref().filter(|_| api == Api::Chat) {
-        let pr = engine.preparer();
-        let special = |text: &str| pr.special_id(text).map(|t| t as u32);
-        let reasoning = steward_formats::grammar::Reasoning {
-            trained: pr.template_info().reasons,
-            open: in_reasoning,
-            budget: (max_tokens as usize / 2).max(1),
-        };
-        if let Some(g) = plan
-            .forced_grammar(pr.family(), pr.variant(), reasoning, &special)
-            .transpose()
-            .map_err(|m| ApiError::unsupported(m, "tool_choice"))?
-        {
-            tracing::debug!(grammar = %g, "forced call grammar");
-            spec.grammar = Some((steward_engine::constraint::Grammar::Lark(g), "tools"));
-        }
-    }
+    forcing::chat_grammar(&mut spec, api, engine, in_reasoning, max_tokens)?;
     let mut constraint = match &spec.grammar {
         None => None,
         Some((g, param)) => Some(engine.preparer().constraint(g.clone()).await.map_err(

@@ -11,6 +11,7 @@
 mod harmony;
 pub mod json;
 pub mod regions;
+mod xml;
 
 use crate::family::Family;
 use regions::{CallView, Ctx, Region, Status};

@@ -7,6 +7,7 @@
 //! reaches the same calls as the whole text.
 
 use super::json::{decode_str, object, value_end, ws};
+use super::xml;
 use serde_json::Value;
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -65,13 +66,13 @@ pub struct Ctx<'a> {
     pub marker: &'a str,
 }
 
-enum M {
+pub(super) enum M {
     Yes(usize),
     Partial,
     No,
 }
 
-fn expect(s: &str, lit: &str) -> M {
+pub(super) fn expect(s: &str, lit: &str) -> M {
     if s.starts_with(lit) {
         M::Yes(lit.len())
     } else if lit.starts_with(s) {
@@ -81,7 +82,7 @@ fn expect(s: &str, lit: &str) -> M {
     }
 }
 
-fn open(calls: Vec<CallView>) -> View {
+pub(super) fn open(calls: Vec<CallView>) -> View {
     View {
         calls,
         status: Status::Open,
@@ -90,7 +91,7 @@ fn open(calls: Vec<CallView>) -> View {
 
 /// Stop at the end of the text: open while more may come, else done with
 /// what was seen (or not a call when nothing was).
-fn ran_out(calls: Vec<CallView>, at: usize, cx: &Ctx, keep: usize) -> View {
+pub(super) fn ran_out(calls: Vec<CallView>, at: usize, cx: &Ctx, keep: usize) -> View {
     if !cx.end {
         return open(calls);
     }
@@ -105,7 +106,7 @@ fn ran_out(calls: Vec<CallView>, at: usize, cx: &Ctx, keep: usize) -> View {
     }
 }
 
-fn fail(calls: Vec<CallView>, at: usize) -> View {
+pub(super) fn fail(calls: Vec<CallView>, at: usize) -> View {
     View {
         calls,
         status: Status::Fail(at),
@@ -116,7 +117,7 @@ pub fn scan(r: Region, text: &str, cx: &Ctx) -> View {
     let m = cx.marker.len();
     match r {
         Region::Hermes => hermes(text, m, cx),
-        Region::QwenXml => qwen_xml(text, m, cx),
+        Region::QwenXml => xml::qwen_xml(text, m, cx),
         Region::BareJson => bare_json(text, m, cx),
         Region::Mistral => mistral(text, m, cx),
         Region::DeepSeek => deepseek(text, cx),
@@ -139,8 +140,8 @@ pub fn scan(r: Region, text: &str, cx: &Ctx) -> View {
         ),
         Region::FunctionTag => function_tag(text, m, cx),
         Region::Segments => segments(text, m, cx),
-        Region::Glm => glm(text, m, cx),
-        Region::Gemma4 => gemma4(text, m, cx),
+        Region::Glm => xml::glm(text, m, cx),
+        Region::Gemma4 => xml::gemma4(text, m, cx),
     }
 }
 
@@ -195,7 +196,7 @@ fn hermes(t: &str, m: usize, cx: &Ctx) -> View {
         return ran_out(vec![], i, cx, m);
     }
     if t[i..].starts_with("<function=") {
-        return qwen_xml(t, m, cx);
+        return xml::qwen_xml(t, m, cx);
     }
     if !t[i..].starts_with('{') {
         return fail(vec![], m);
@@ -213,7 +214,7 @@ fn hermes(t: &str, m: usize, cx: &Ctx) -> View {
 
 /// After a complete call: the region's closing marker (optional), else done
 /// right after the call.
-fn close_with(calls: Vec<CallView>, t: &str, j: usize, closer: &str, cx: &Ctx) -> View {
+pub(super) fn close_with(calls: Vec<CallView>, t: &str, j: usize, closer: &str, cx: &Ctx) -> View {
     let k = j + ws(&t[j..]);
     match expect(&t[k..], closer) {
         M::Yes(n) => View {
@@ -275,7 +276,7 @@ fn bare_json(t: &str, m: usize, cx: &Ctx) -> View {
     }
 }
 
-fn done_or_fail(calls: Vec<CallView>, at: usize) -> View {
+pub(super) fn done_or_fail(calls: Vec<CallView>, at: usize) -> View {
     View {
         calls,
         status: Status::Done(at),
@@ -685,245 +686,5 @@ fn segments(t: &str, m: usize, cx: &Ctx) -> View {
             c.args = t[j..].to_string();
             ran_out(vec![c], t.len(), cx, m)
         }
-    }
-}
-
-/// A parameter value as JSON: the schema's type decides; without one, JSON
-/// when it parses, else a string.
-fn typed(value: &str, tool: Option<&str>, key: &str, cx: &Ctx) -> Value {
-    let ty = cx.tools.and_then(|ts| {
-        ts.as_array()?.iter().find_map(|t| {
-            let f = &t["function"];
-            (f["name"].as_str() == tool).then(|| f["parameters"]["properties"][key]["type"].clone())
-        })
-    });
-    match ty.as_ref().and_then(Value::as_str) {
-        Some("string") => Value::String(value.to_string()),
-        _ => serde_json::from_str(value).unwrap_or_else(|_| Value::String(value.to_string())),
-    }
-}
-
-fn strip_nl(v: &str) -> &str {
-    let v = v.strip_prefix('\n').unwrap_or(v);
-    v.strip_suffix('\n').unwrap_or(v)
-}
-
-fn args_json(pairs: Vec<(String, Value)>) -> String {
-    let m: serde_json::Map<String, Value> = pairs.into_iter().collect();
-    Value::Object(m).to_string()
-}
-
-fn qwen_xml(t: &str, m: usize, cx: &Ctx) -> View {
-    let mut i = if cx.marker == "<tool_call>" { m } else { 0 };
-    i += ws(&t[i..]);
-    match expect(&t[i..], "<function=") {
-        M::Yes(n) => i += n,
-        M::Partial => return ran_out(vec![], t.len(), cx, m),
-        M::No => return fail(vec![], m),
-    }
-    let Some(gt) = t[i..].find('>') else {
-        return ran_out(vec![], t.len(), cx, m);
-    };
-    let name = t[i..i + gt].trim().to_string();
-    i += gt + 1;
-    let mut pairs = Vec::new();
-    let call = |args: String| CallView {
-        name: Some(name.clone()),
-        args,
-        id: None,
-    };
-    loop {
-        i += ws(&t[i..]);
-        if i >= t.len() {
-            return ran_out(vec![call(String::new())], i, cx, m);
-        }
-        if let M::Yes(n) = expect(&t[i..], "</function>") {
-            let c = call(args_json(pairs));
-            let j = i + n;
-            return if cx.marker == "<tool_call>" {
-                close_with(vec![c], t, j, "</tool_call>", cx)
-            } else {
-                done_or_fail(vec![c], j)
-            };
-        }
-        match expect(&t[i..], "<parameter=") {
-            M::Yes(n) => i += n,
-            M::Partial if !cx.end => return open(vec![call(String::new())]),
-            _ => match expect(&t[i..], "</function>") {
-                M::Partial if !cx.end => return open(vec![call(String::new())]),
-                _ => return fail(vec![], m),
-            },
-        }
-        let Some(gt) = t[i..].find('>') else {
-            return ran_out(vec![call(String::new())], t.len(), cx, m);
-        };
-        let key = t[i..i + gt].trim().to_string();
-        i += gt + 1;
-        let Some(e) = t[i..].find("</parameter>") else {
-            return ran_out(vec![call(String::new())], t.len(), cx, m);
-        };
-        let v = typed(strip_nl(&t[i..i + e]), Some(&name), &key, cx);
-        pairs.push((key, v));
-        i += e + "</parameter>".len();
-    }
-}
-
-fn glm(t: &str, m: usize, cx: &Ctx) -> View {
-    let mut i = m;
-    let end = t[i..].find(['\n', '<']).map(|e| i + e);
-    let Some(e) = end else {
-        return ran_out(vec![], t.len(), cx, m);
-    };
-    let name = t[i..e].trim().to_string();
-    if name.is_empty() || name.starts_with('{') {
-        return fail(vec![], m);
-    }
-    i = e;
-    let mut pairs = Vec::new();
-    let call = |args: String| CallView {
-        name: Some(name.clone()),
-        args,
-        id: None,
-    };
-    loop {
-        i += ws(&t[i..]);
-        if i >= t.len() {
-            return ran_out(vec![call(String::new())], i, cx, m);
-        }
-        if let M::Yes(n) = expect(&t[i..], "</tool_call>") {
-            return done_or_fail(vec![call(args_json(pairs))], i + n);
-        }
-        match expect(&t[i..], "<arg_key>") {
-            M::Yes(n) => i += n,
-            M::Partial if !cx.end => return open(vec![call(String::new())]),
-            _ => match expect(&t[i..], "</tool_call>") {
-                M::Partial if !cx.end => return open(vec![call(String::new())]),
-                _ => return fail(vec![], m),
-            },
-        }
-        let Some(k) = t[i..].find("</arg_key>") else {
-            return ran_out(vec![call(String::new())], t.len(), cx, m);
-        };
-        let key = t[i..i + k].trim().to_string();
-        i += k + "</arg_key>".len();
-        i += ws(&t[i..]);
-        match expect(&t[i..], "<arg_value>") {
-            M::Yes(n) => i += n,
-            M::Partial => return ran_out(vec![call(String::new())], t.len(), cx, m),
-            M::No => return fail(vec![], m),
-        }
-        let Some(v) = t[i..].find("</arg_value>") else {
-            return ran_out(vec![call(String::new())], t.len(), cx, m);
-        };
-        pairs.push((key.clone(), typed(&t[i..i + v], Some(&name), &key, cx)));
-        i += v + "</arg_value>".len();
-    }
-}
-
-/// Gemma 4's `call:NAME{k:v,…}` with strings as `<|"|>…<|"|>`.
-fn gemma4(t: &str, m: usize, cx: &Ctx) -> View {
-    let mut i = m;
-    match expect(&t[i..], "call:") {
-        M::Yes(n) => i += n,
-        M::Partial => return ran_out(vec![], t.len(), cx, m),
-        M::No => return fail(vec![], m),
-    }
-    let Some(b) = t[i..].find('{') else {
-        return ran_out(vec![], t.len(), cx, m);
-    };
-    let name = t[i..i + b].trim().to_string();
-    i += b;
-    let Some(e) = t[i..].find("}<tool_call|>") else {
-        return ran_out(vec![], t.len(), cx, m);
-    };
-    let body = &t[i..=i + e];
-    let args = gemma_value(body)
-        .map(|v| v.to_string())
-        .unwrap_or_else(|| "{}".into());
-    done_or_fail(
-        vec![CallView {
-            name: Some(name),
-            args,
-            id: None,
-        }],
-        i + e + "}<tool_call|>".len(),
-    )
-}
-
-fn gemma_value(s: &str) -> Option<Value> {
-    let mut p = GemmaP { s, i: 0 };
-    let v = p.value(0)?;
-    Some(v)
-}
-
-struct GemmaP<'a> {
-    s: &'a str,
-    i: usize,
-}
-
-impl GemmaP<'_> {
-    const Q: &'static str = "<|\"|>";
-    fn rest(&self) -> &str {
-        &self.s[self.i..]
-    }
-    fn value(&mut self, depth: usize) -> Option<Value> {
-        if depth > 64 {
-            return None;
-        }
-        self.i += ws(self.rest());
-        let r = self.rest();
-        if let Some(x) = r.strip_prefix(Self::Q) {
-            let e = x.find(Self::Q)?;
-            let v = x[..e].to_string();
-            self.i += Self::Q.len() * 2 + e;
-            return Some(Value::String(v));
-        }
-        if r.starts_with('{') {
-            self.i += 1;
-            let mut m = serde_json::Map::new();
-            loop {
-                self.i += ws(self.rest());
-                if self.rest().starts_with('}') {
-                    self.i += 1;
-                    return Some(Value::Object(m));
-                }
-                if self.rest().starts_with(',') {
-                    self.i += 1;
-                    continue;
-                }
-                let key = if self.rest().starts_with(Self::Q) {
-                    self.value(depth + 1)?.as_str()?.to_string()
-                } else {
-                    let e = self.rest().find(':')?;
-                    let k = self.rest()[..e].trim().to_string();
-                    self.i += e;
-                    k
-                };
-                self.i += ws(self.rest());
-                self.i += usize::from(self.rest().starts_with(':'));
-                let v = self.value(depth + 1)?;
-                m.insert(key, v);
-            }
-        }
-        if r.starts_with('[') {
-            self.i += 1;
-            let mut a = Vec::new();
-            loop {
-                self.i += ws(self.rest());
-                if self.rest().starts_with(']') {
-                    self.i += 1;
-                    return Some(Value::Array(a));
-                }
-                if self.rest().starts_with(',') {
-                    self.i += 1;
-                    continue;
-                }
-                a.push(self.value(depth + 1)?);
-            }
-        }
-        let e = r.find([',', '}', ']']).unwrap_or(r.len());
-        let raw = r[..e].trim().to_string();
-        self.i += e;
-        Some(serde_json::from_str(&raw).unwrap_or(Value::String(raw)))
     }
 }
