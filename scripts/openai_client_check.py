@@ -1,23 +1,58 @@
 """The official OpenAI Python client against Steward, unchanged.
 
+Usage: openai_client_check.py BASE_URL API_KEY [smol|gemma]. `smol` (the
+default) drives the default model, served as "smol"; `gemma` drives Gemma 3
+270M, a base model without a chat template, served as "gemma" (Steward's
+built-in Gemma turns).
+
 Prints the plain closing line '<N> passed, <M> failed'; exits non-zero on
 any failure.
 """
+import json
 import sys
+import urllib.error
+import urllib.request
 
 import openai
 from openai import OpenAI
 
 base, key = sys.argv[1], sys.argv[2]
+profile = sys.argv[3] if len(sys.argv) > 3 else "smol"
 client = OpenAI(base_url=base, api_key=key)
 results = []
 
 
+def post(path, body):
+    """A JSON POST to a non-SDK endpoint (path from the server root)."""
+    req = urllib.request.Request(
+        base.rsplit("/v1", 1)[0] + path, data=json.dumps(body).encode(), method="POST",
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.loads(r.read())
+
+
+def streamed_calls(**kw):
+    """The tool calls a streamed request's deltas assemble to, and its finish_reason."""
+    got, finish = {}, None
+    with client.chat.completions.create(stream=True, **kw) as s:
+        for chunk in s:
+            if not chunk.choices:
+                continue
+            finish = chunk.choices[0].finish_reason or finish
+            for d in chunk.choices[0].delta.tool_calls or []:
+                e = got.setdefault(d.index, {"name": "", "arguments": ""})
+                e["name"] += d.function.name or ""
+                e["arguments"] += d.function.arguments or ""
+    return got, finish
+
+
 def check(name, fn):
     try:
-        fn()
+        note = fn()
         results.append(True)
-        print(f"ok   {name}")
+        note = f": {note}".replace("\n", "\\n")[:160] if isinstance(note, str) else ""
+        print(f"ok   {name}{note}")
     except Exception as e:  # noqa: BLE001
         results.append(False)
         print(f"FAIL {name}: {e!r}")
@@ -214,16 +249,174 @@ def tool_conversation():
     assert r2.choices[0].finish_reason in ("stop", "length")
 
 
-check("chat non-streaming", non_stream)
-check("chat streaming equals non-streaming", stream)
-check("usage.prompt_tokens_details.cached_tokens", cached_tokens)
-check("400 maps to BadRequestError", bad_request)
-check("401 maps to AuthenticationError", wrong_key)
-check("models.list", models)
-check("/metrics parses (prometheus_client)", metrics_parse)
-check("json_schema: 50 requests validate", json_schema_50)
-check("response_format json_object", json_object)
-check("tools: forced call, streamed call, tool result turn", tool_conversation)
+def template_kwargs():
+    # chat_template_kwargs reach the template: one it does not read changes
+    # nothing (same render, same greedy reply); a non-object is a 400.
+    kw = {"chat_template_kwargs": {"enable_thinking": False, "steward_check": 1}}
+    r = client.chat.completions.create(model="smol", messages=msgs, max_tokens=12, temperature=0, extra_body=kw)
+    assert r.choices[0].message.content == non_stream(), r.choices[0].message.content
+    plain = post("/v1/chat/completions/render", {"model": "smol", "messages": msgs})
+    with_kw = post("/v1/chat/completions/render", {"model": "smol", "messages": msgs, **kw})
+    assert plain["prompt"] == with_kw["prompt"], (plain, with_kw)
+    try:
+        client.chat.completions.create(model="smol", messages=msgs, max_tokens=2,
+                                       extra_body={"chat_template_kwargs": "x"})
+    except openai.BadRequestError:
+        return
+    raise AssertionError("expected BadRequestError for a non-object chat_template_kwargs")
+
+
+PREFILL = [{"role": "user", "content": "Name three colors."},
+           {"role": "assistant", "content": "The three colors are"}]
+
+
+def prefill():
+    # A final assistant message is continued, not closed: the prompt ends
+    # with its text, and the reply is only the continuation.
+    rendered = post("/v1/chat/completions/render", {"model": "smol", "messages": PREFILL})["prompt"]
+    assert rendered.endswith("The three colors are"), rendered[-80:]
+    r = client.chat.completions.create(model="smol", messages=PREFILL, max_tokens=12, temperature=0)
+    text = r.choices[0].message.content
+    assert text and not text.lstrip().startswith("The three colors"), text
+    assert r.choices[0].finish_reason in ("stop", "length"), r.choices[0]
+    return f"{PREFILL[1]['content']!r} + {text!r}"
+
+
+LIGHT = [{"type": "function", "function": {
+    "name": "set_light", "description": "Turn a light on or off",
+    "parameters": {"type": "object", "properties": {
+        "room": {"type": "string", "enum": ["kitchen", "bedroom", "garage"]},
+        "state": {"type": "string", "enum": ["on", "off"]}},
+        "required": ["room", "state"], "additionalProperties": False}}}]
+LIGHT_MSGS = [{"role": "user", "content": "Turn on the kitchen light."}]
+
+
+def tool_required():
+    # tool_choice="required" with one tool: a call to it whose arguments
+    # parse and validate; streamed, the deltas assemble to the same call.
+    import jsonschema
+
+    kw = dict(model="smol", messages=LIGHT_MSGS, tools=LIGHT, tool_choice="required",
+              parallel_tool_calls=False, max_tokens=64, temperature=0)
+    r = client.chat.completions.create(**kw)
+    c = r.choices[0]
+    assert c.finish_reason == "tool_calls", c
+    assert c.message.tool_calls and len(c.message.tool_calls) == 1, c.message
+    call = c.message.tool_calls[0]
+    assert call.function.name == "set_light", call
+    jsonschema.validate(json.loads(call.function.arguments), LIGHT[0]["function"]["parameters"])
+    got, finish = streamed_calls(**kw)
+    assert got == {0: {"name": "set_light", "arguments": call.function.arguments}}, got
+    assert finish == "tool_calls", finish
+    return f"set_light({call.function.arguments})"
+
+
+def tool_required_parallel():
+    # Parallel calls allowed (the default): every call names the tool and
+    # has arguments that parse, and generation ends on its own.
+    r = client.chat.completions.create(model="smol", messages=LIGHT_MSGS, tools=LIGHT, tool_choice="required",
+                                       max_tokens=200, temperature=0)
+    c = r.choices[0]
+    assert c.finish_reason == "tool_calls", (c.finish_reason, c.message.tool_calls)
+    for t in c.message.tool_calls:
+        assert t.function.name == "set_light", t
+        json.loads(t.function.arguments)
+
+
+def tokenize_roundtrip(model="smol"):
+    t = post("/tokenize", {"model": model, "content": "Hello world"})["tokens"]
+    assert t and all(isinstance(x, int) for x in t), t
+    back = post("/detokenize", {"model": model, "tokens": t})["content"]
+    assert back == "Hello world", (t, back)
+    return f"'Hello world' -> {t} -> {back!r}"
+
+
+# --- Gemma 3 270M: a base model, no template of its own --------------------
+
+G = "gemma"
+GMSGS = [{"role": "user", "content": "Name three colors."}]
+
+
+def g_non_stream():
+    r = client.chat.completions.create(model=G, messages=GMSGS, max_tokens=16, temperature=0)
+    c = r.choices[0]
+    assert c.message.role == "assistant" and c.message.content, r
+    assert c.finish_reason in ("stop", "length"), c
+    assert r.usage.prompt_tokens > 0 and r.usage.completion_tokens > 0, r.usage
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens, r.usage
+    return c.message.content
+
+
+def g_stream():
+    want = g_non_stream()
+    got, finish, usage = [], None, None
+    with client.chat.completions.create(model=G, messages=GMSGS, max_tokens=16, temperature=0, stream=True,
+                                        stream_options={"include_usage": True}) as s:
+        for chunk in s:
+            usage = chunk.usage or usage
+            if chunk.choices:
+                finish = chunk.choices[0].finish_reason or finish
+                got.append(chunk.choices[0].delta.content or "")
+    assert "".join(got) == want, ("".join(got), want)
+    assert finish in ("stop", "length"), finish
+    assert usage is not None and usage.completion_tokens > 0 and usage.prompt_tokens > 0, usage
+    return repr(want)
+
+
+def g_models():
+    ms = list(client.models.list())
+    assert [m.id for m in ms] == [G], ms
+    tpl = (ms[0].model_extra or {}).get("chat_template") or {}
+    assert tpl.get("source") == "fallback gemma", tpl
+    ident = (ms[0].model_extra or {}).get("identity") or {}
+    assert ident.get("weights_sha256") == "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818", ident
+    p = post("/v1/chat/completions/render", {"model": G, "messages": GMSGS})["prompt"]
+    assert p.endswith("<start_of_turn>user\nName three colors.<end_of_turn>\n<start_of_turn>model\n"), p
+
+
+def g_completions():
+    r = client.completions.create(model=G, prompt="The capital of France is", max_tokens=8, temperature=0)
+    c = r.choices[0]
+    assert c.text and c.finish_reason in ("stop", "length"), c
+    assert r.usage.completion_tokens > 0 and r.usage.prompt_tokens > 0, r.usage
+    return f"'The capital of France is' + {c.text!r}"
+
+
+def g_end_of_turn():
+    # The fallback's turn end is an end of generation: forced as the first
+    # token, the reply is empty and stops there.
+    eot = post("/tokenize", {"model": G, "content": "<end_of_turn>"})["tokens"]
+    assert len(eot) == 1, eot
+    r = client.chat.completions.create(model=G, messages=GMSGS, max_tokens=8, temperature=0,
+                                       logit_bias={str(eot[0]): 100})
+    c = r.choices[0]
+    assert c.finish_reason == "stop" and c.message.content == "", c
+    assert r.usage.completion_tokens == 1, r.usage
+
+
+if profile == "gemma":
+    check("gemma: chat non-streaming", g_non_stream)
+    check("gemma: chat streaming equals non-streaming, usage", g_stream)
+    check("gemma: models.list shows the fallback gemma template", g_models)
+    check("gemma: /v1/completions", g_completions)
+    check("gemma: <end_of_turn> ends the reply", g_end_of_turn)
+    check("gemma: /tokenize then /detokenize round-trips", lambda: tokenize_roundtrip(G))
+else:
+    check("chat non-streaming", non_stream)
+    check("chat streaming equals non-streaming", stream)
+    check("usage.prompt_tokens_details.cached_tokens", cached_tokens)
+    check("400 maps to BadRequestError", bad_request)
+    check("401 maps to AuthenticationError", wrong_key)
+    check("models.list", models)
+    check("/metrics parses (prometheus_client)", metrics_parse)
+    check("json_schema: 50 requests validate", json_schema_50)
+    check("response_format json_object", json_object)
+    check("tools: forced call, streamed call, tool result turn", tool_conversation)
+    check("chat_template_kwargs accepted (extra_body)", template_kwargs)
+    check("prefill: a final assistant message is continued", prefill)
+    check("tool_choice=required: one call, streamed the same", tool_required)
+    check("tool_choice=required, parallel calls: all valid", tool_required_parallel)
+    check("/tokenize then /detokenize round-trips", tokenize_roundtrip)
 passed = sum(results)
 failed = len(results) - passed
 print(f"{passed} passed, {failed} failed")

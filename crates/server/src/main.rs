@@ -26,13 +26,21 @@ struct Cli {
 enum Cmd {
     /// Serve a GGUF model over an OpenAI-compatible HTTP API.
     Serve(Box<ServeArgs>),
-    /// Fetch (if missing) and verify the default model; print its path.
-    FetchModel,
+    /// Fetch (if missing) and verify a known model; print its path.
+    FetchModel(FetchModelArgs),
     /// Decode one sequence directly on the runtime adapter (no HTTP, no
     /// scheduler) and print tokens/s: the ceiling for single-stream speed.
     BenchRuntime(BenchRuntimeArgs),
     /// Rewrite a GGUF's weights in another format (llama.cpp's quantizer).
     Convert(ConvertArgs),
+}
+
+#[derive(Args)]
+struct FetchModelArgs {
+    /// Which known model: smollm2-135m (the default; also `default`) or
+    /// gemma3-270m (Gemma 3 270M Q4_K_M, a base model with no template).
+    #[arg(default_value = steward_engine::fetch::DEFAULT_MODEL_NAME)]
+    name: String,
 }
 
 #[derive(Args)]
@@ -401,7 +409,9 @@ fn main() {
     let cli = Cli::parse();
     let r = match cli.cmd {
         Cmd::Serve(a) => serve(*a),
-        Cmd::FetchModel => resolve_model(&None).map(|p| println!("{}", p.display())),
+        Cmd::FetchModel(a) => steward_engine::fetch::ensure_known_model(&a.name)
+            .map(|p| println!("{}", p.display()))
+            .map_err(Into::into),
         Cmd::BenchRuntime(a) => bench_runtime(a),
         Cmd::Convert(a) => convert(a),
     };
