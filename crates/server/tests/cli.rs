@@ -60,6 +60,41 @@ fn bad_model_files_fail_with_one_line() {
 }
 
 #[test]
+fn a_chat_template_that_does_not_compile_stops_startup_naming_it() {
+    let dir = std::env::temp_dir().join(format!("steward-cli-tmpl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("broken.jinja");
+    std::fs::write(&bad, "{% for m in messages %}{{ m.content }").unwrap();
+    let bad = bad.display().to_string();
+    let (code, err) = run(&[
+        "serve",
+        "--port",
+        "0",
+        "--default-format",
+        "original",
+        "--chat-template",
+        &bad,
+    ]);
+    assert_ne!(code, 0, "{err}");
+    // (The model loads first: its log line comes before the refusal.)
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("steward: error:"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(
+        lines[0].contains(&format!("--chat-template {bad}"))
+            && lines[0].contains("does not compile"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+    let (code, err) = run(&["serve", "--port", "0", "--chat-template", "nonesuch"]);
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains("not a built-in"), "{err}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
 fn a_budget_smaller_than_the_weights_is_refused_with_one_line() {
     // The shipped file as it is: on a fresh cache the default Q8_0 format
     // would first be converted, and its progress line is not the refusal.

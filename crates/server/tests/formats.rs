@@ -54,6 +54,12 @@ async fn stop(h: EngineHandle) {
 }
 
 fn templates_dir() -> PathBuf {
+    // scripts/oracle-templates.sh: the fetched templates and the default
+    // model's, side by side.
+    let linked = root().join("target/oracle-templates");
+    if linked.is_dir() {
+        return linked;
+    }
     let cache = std::env::var("STEWARD_CACHE_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/steward"));

@@ -57,6 +57,14 @@ pub fn environment() -> Environment<'static> {
     env.add_filter("length", length);
     env.add_filter("count", length);
     env.add_test("none", |v: Value| v.is_none() || is_py_none(&v));
+    // String filters see a non-string as Python's `str()` of it.
+    env.add_filter("upper", |v: Value| py_str(&v).to_uppercase());
+    env.add_filter("lower", |v: Value| py_str(&v).to_lowercase());
+    env.add_filter("trim", |v: Value, chars: Option<String>| match chars {
+        Some(c) => py_str(&v).trim_matches(|x| c.contains(x)).to_string(),
+        None => py_str(&v).trim().to_string(),
+    });
+    env.add_filter("indent", indent);
     // Jinja2's `map`, `select`, `reject`, `selectattr` and `rejectattr`
     // give generators: iterable once converted (`| list`), never JSON,
     // always true, without a length.
@@ -180,6 +188,50 @@ fn py_type(v: &Value) -> &'static str {
         ValueKind::Number => "float",
         _ => "object",
     }
+}
+
+/// Jinja2's `indent(width=4, first=False, blank=False)`, its trailing
+/// newline kept.
+fn indent(v: Value, args: Rest<Value>, kw: Kwargs) -> Result<String, Error> {
+    let arg = |i: usize, name: &str| -> Result<Option<Value>, Error> {
+        let k: Option<Value> = kw.get(name)?;
+        Ok(k.or_else(|| args.get(i).cloned()))
+    };
+    let width = arg(0, "width")?;
+    let first = arg(1, "first")?.map(|b| b.is_true());
+    let blank = arg(2, "blank")?.map(|b| b.is_true());
+    kw.assert_all_used()?;
+    let ind = match &width {
+        Some(w) if w.kind() == ValueKind::String => w.as_str().unwrap_or_default().to_string(),
+        Some(w) => " ".repeat(i64::try_from(w.clone()).unwrap_or(4).clamp(0, 256) as usize),
+        None => "    ".to_string(),
+    };
+    let s = py_str(&v) + "\n";
+    let lines: Vec<&str> = s.lines().collect();
+    let mut rv = if blank.unwrap_or(false) {
+        lines.join(&format!("\n{ind}"))
+    } else {
+        let mut it = lines.iter();
+        let mut rv = it.next().copied().unwrap_or_default().to_string();
+        let rest: Vec<String> = it
+            .map(|l| {
+                if l.is_empty() {
+                    String::new()
+                } else {
+                    format!("{ind}{l}")
+                }
+            })
+            .collect();
+        if !rest.is_empty() {
+            rv.push('\n');
+            rv.push_str(&rest.join("\n"));
+        }
+        rv
+    };
+    if first.unwrap_or(false) {
+        rv.insert_str(0, &ind);
+    }
+    Ok(rv)
 }
 
 fn raise_exception(msg: String) -> Result<String, Error> {

@@ -175,3 +175,12 @@ fn reserved_kwargs_refused() {
         Err(TemplateError::Input(_))
     ));
 }
+
+#[test]
+fn string_filters_as_jinja2() {
+    let t = one("{{ ['a', 'b'] | upper }}|{{ '{\n' | indent(4, first=true) }}|{{ 'x\ny\n\nz' | indent(2) }}|{{ '  q ' | trim }}");
+    assert_eq!(
+        render(&t, json!([]), json!({})).unwrap(),
+        "['A', 'B']|    {\n|x\n  y\n\n  z|q"
+    );
+}
