@@ -40,7 +40,9 @@ fn run(family: Family, text: &str) -> (f64, usize) {
 
 fn main() {
     let prose = "The quick brown fox jumps over the lazy dog. ".repeat(400);
-    let call = |args: &str| format!("<tool_call>\n{{\"name\": \"f\", \"arguments\": {args}}}\n</tool_call>\n");
+    let call = |args: &str| {
+        format!("<tool_call>\n{{\"name\": \"f\", \"arguments\": {args}}}\n</tool_call>\n")
+    };
     let small = format!("{{\"q\": \"{}\"}}", "x".repeat(40));
     let big = format!("{{\"q\": \"{}\"}}", "y".repeat(16_000));
     let cases = [

@@ -81,6 +81,8 @@ pub struct Obj {
     pub fields: Vec<Field>,
     pub closed: Option<usize>,
     pub bad: bool,
+    /// Where the text stopped being an object.
+    pub bad_at: usize,
 }
 
 impl Obj {
@@ -96,6 +98,11 @@ pub fn object(s: &str) -> Obj {
         o.bad = true;
         return o;
     }
+    let bad = |mut o: Obj, at: usize| {
+        o.bad = true;
+        o.bad_at = at;
+        o
+    };
     let mut i = 1;
     loop {
         i += ws(&s[i..]);
@@ -112,10 +119,7 @@ pub fn object(s: &str) -> Obj {
                 continue;
             }
             b'"' => {}
-            _ => {
-                o.bad = true;
-                return o;
-            }
+            _ => return bad(o, i),
         }
         let Some(ke) = string_end(&s[i..]) else {
             return o;
@@ -126,10 +130,7 @@ pub fn object(s: &str) -> Obj {
         match s.as_bytes().get(i) {
             None => return o,
             Some(b':') => i += 1,
-            Some(_) => {
-                o.bad = true;
-                return o;
-            }
+            Some(_) => return bad(o, i),
         }
         i += ws(&s[i..]);
         if i >= s.len() {

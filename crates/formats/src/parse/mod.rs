@@ -398,6 +398,8 @@ impl Calls {
                         self.at_start = false;
                         continue;
                     }
+                    // (Wait while the text may still become `>>>`.)
+                    Family::FunctionaryV32 if !end && ">>>".starts_with(t) => return,
                     Family::FunctionaryV32 if !t.starts_with(">>>") && !t.is_empty() => {
                         // The prompt ended with `>>>`: the first segment's name comes first.
                         self.buf.drain(..lead);

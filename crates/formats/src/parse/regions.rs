@@ -152,7 +152,7 @@ fn json_call(
     names: &[&str],
     args: &[&str],
     id_key: Option<&str>,
-) -> (CallView, Option<usize>, bool) {
+) -> (CallView, Option<usize>, Option<usize>) {
     let o = object(s);
     let mut c = CallView::default();
     let field = |keys: &[&str]| keys.iter().find_map(|k| o.get(k));
@@ -160,7 +160,7 @@ fn json_call(
         if let Some(e) = f.end {
             c.name = decode_str(&s[f.start..e]);
             if c.name.is_none() {
-                return (c, None, true);
+                return (c, None, Some(f.start));
             }
         }
     }
@@ -186,8 +186,32 @@ fn json_call(
     if o.closed.is_some() && c.name.is_some() && c.args.is_empty() && field(args).is_none() {
         c.args = "{}".into();
     }
-    let bad = o.bad || (o.closed.is_some() && c.name.is_none());
+    // Where it stopped being a call: the calls named before that point
+    // stay (a stream has sent them), the rest is text.
+    let bad = if o.bad {
+        Some(o.bad_at)
+    } else if c.name.is_none() {
+        o.closed
+    } else {
+        None
+    };
     (c, o.closed, bad)
+}
+
+/// A call object (from `start` in the region) that stopped being one at
+/// `at`: a named call stays (a stream has sent it) and the text from `at`
+/// is text again; an unnamed one is text from its start (after any calls
+/// before it), or the whole region is when there were none.
+fn broken(mut calls: Vec<CallView>, c: CallView, start: usize, at: usize, m: usize) -> View {
+    if c.name.is_some() {
+        calls.push(c);
+        return fail(calls, at);
+    }
+    if calls.is_empty() {
+        fail(calls, m)
+    } else {
+        done_or_fail(calls, start)
+    }
 }
 
 fn hermes(t: &str, m: usize, cx: &Ctx) -> View {
@@ -202,8 +226,8 @@ fn hermes(t: &str, m: usize, cx: &Ctx) -> View {
         return fail(vec![], m);
     }
     let (c, closed, bad) = json_call(&t[i..], &["name"], &["arguments", "parameters"], None);
-    if bad {
-        return fail(vec![], m);
+    if let Some(b) = bad {
+        return broken(vec![], c, i, i + b, m);
     }
     let Some(n) = closed else {
         return ran_out(vec![c], t.len(), cx, m);
@@ -250,12 +274,8 @@ fn bare_json(t: &str, m: usize, cx: &Ctx) -> View {
             };
         }
         let (c, closed, bad) = json_call(&t[i..], &["name"], &["parameters", "arguments"], None);
-        if bad {
-            return if calls.is_empty() {
-                fail(calls, m)
-            } else {
-                done_or_fail(calls, i)
-            };
+        if let Some(b) = bad {
+            return broken(calls, c, i, i + b, m);
         }
         calls.push(c);
         let Some(n) = closed else {
@@ -302,8 +322,8 @@ fn mistral(t: &str, m: usize, cx: &Ctx) -> View {
         b'{' => {
             let (c, closed, bad) =
                 json_call(&t[i..], &["name"], &["arguments", "parameters"], None);
-            if bad {
-                return fail(vec![], m);
+            if let Some(b) = bad {
+                return broken(vec![], c, i, i + b, m);
             }
             match closed {
                 Some(n) => done_or_fail(vec![c], i + n),
@@ -349,8 +369,10 @@ fn mistral(t: &str, m: usize, cx: &Ctx) -> View {
                 ..Default::default()
             };
             j += ws(&t[j..]);
+            // A call is reported once its arguments begin: until then it
+            // may still turn out not to be one.
             if j >= t.len() {
-                return ran_out(vec![c], j, cx, m);
+                return ran_out(vec![], j, cx, m);
             }
             if !matches!(t.as_bytes()[j], b'{' | b'[') {
                 return fail(vec![], m);
@@ -410,12 +432,8 @@ fn array_calls(
             }
         }
         let (call, closed, bad) = json_call(&t[j..], names, args, id_key);
-        if bad {
-            return if calls.is_empty() {
-                fail(calls, m)
-            } else {
-                done_or_fail(calls, j)
-            };
+        if let Some(b) = bad {
+            return broken(calls, call, j, j + b, m);
         }
         calls.push(call);
         match closed {
@@ -442,8 +460,8 @@ fn list_region(t: &str, m: usize, cx: &Ctx, closer: &str, names: &[&str], args: 
         b'[' => array_calls(t, i, m, cx, names, args, id_key, Some(closer)),
         b'{' => {
             let (c, closed, bad) = json_call(&t[i..], names, args, id_key);
-            if bad {
-                return fail(vec![], m);
+            if let Some(b) = bad {
+                return broken(vec![], c, i, i + b, m);
             }
             match closed {
                 Some(n) => close_with(vec![c], t, i + n, closer, cx),
@@ -505,10 +523,7 @@ fn deepseek(t: &str, cx: &Ctx) -> View {
                         j += n;
                         break;
                     }
-                    M::Partial if !cx.end => {
-                        calls.push(c);
-                        return open(calls);
-                    }
+                    M::Partial if !cx.end => return open(calls),
                     _ => {}
                 }
             }
@@ -517,7 +532,6 @@ fn deepseek(t: &str, cx: &Ctx) -> View {
         }
         j += ws(&t[j..]);
         if j >= t.len() {
-            calls.push(c);
             return ran_out(calls, j, cx, m);
         }
         let Some(n) = value_end(&t[j..]).filter(|_| t.as_bytes()[j] == b'{') else {
@@ -637,7 +651,7 @@ fn function_tag(t: &str, m: usize, cx: &Ctx) -> View {
         ..Default::default()
     };
     if j >= t.len() {
-        return ran_out(vec![c], j, cx, m);
+        return ran_out(vec![], j, cx, m);
     }
     if t.as_bytes()[j] != b'{' {
         return fail(vec![], m);
@@ -672,7 +686,7 @@ fn segments(t: &str, m: usize, cx: &Ctx) -> View {
     };
     let j = j + ws(&t[j..]);
     if j >= t.len() {
-        return ran_out(vec![c], j, cx, m);
+        return ran_out(vec![], j, cx, m);
     }
     if t.as_bytes()[j] != b'{' {
         return fail(vec![], m);

@@ -209,3 +209,21 @@ fn no_tools_leaves_text_alone() {
     assert!(p.calls.is_empty());
     assert_eq!(p.content, "a <tool_call>{\"name\": \"f\"}</tool_call>");
 }
+
+#[test]
+fn a_named_call_that_breaks_keeps_its_name_streamed_and_whole() {
+    // Found by fuzzing: the name had been streamed when the object broke.
+    let o = opts(Family::Hermes);
+    let p = check_splits(
+        &o,
+        "a <tool_call>\n{\"name\": \"f\",*\"arguments\": {}} tail",
+    );
+    assert_eq!(p.calls, vec![call("f", "")]);
+    assert_eq!(p.content, "a*\"arguments\": {}} tail");
+    let p = check_splits(
+        &opts(Family::Mistral),
+        "[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {}}, {\"x\" 1}] z",
+    );
+    assert_eq!(p.calls, vec![call("a", "{}")]);
+    assert!(p.content.ends_with("{\"x\" 1}] z"), "{p:?}");
+}

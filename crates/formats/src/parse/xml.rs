@@ -72,7 +72,8 @@ pub(super) fn qwen_xml(t: &str, m: usize, cx: &Ctx) -> View {
             M::Partial if !cx.end => return open(vec![call(String::new())]),
             _ => match expect(&t[i..], "</function>") {
                 M::Partial if !cx.end => return open(vec![call(String::new())]),
-                _ => return fail(vec![], m),
+                // The name is out (streamed): the call stays.
+                _ => return fail(vec![call(String::new())], i),
             },
         }
         let Some(gt) = t[i..].find('>') else {
@@ -119,7 +120,7 @@ pub(super) fn glm(t: &str, m: usize, cx: &Ctx) -> View {
             M::Partial if !cx.end => return open(vec![call(String::new())]),
             _ => match expect(&t[i..], "</tool_call>") {
                 M::Partial if !cx.end => return open(vec![call(String::new())]),
-                _ => return fail(vec![], m),
+                _ => return fail(vec![call(String::new())], i),
             },
         }
         let Some(k) = t[i..].find("</arg_key>") else {
@@ -131,7 +132,7 @@ pub(super) fn glm(t: &str, m: usize, cx: &Ctx) -> View {
         match expect(&t[i..], "<arg_value>") {
             M::Yes(n) => i += n,
             M::Partial => return ran_out(vec![call(String::new())], t.len(), cx, m),
-            M::No => return fail(vec![], m),
+            M::No => return fail(vec![call(String::new())], i),
         }
         let Some(v) = t[i..].find("</arg_value>") else {
             return ran_out(vec![call(String::new())], t.len(), cx, m);
