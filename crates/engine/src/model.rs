@@ -105,6 +105,11 @@ pub struct ModelFacts {
     pub n_embd: u32,
     pub n_head: u32,
     pub n_head_kv: u32,
+    /// Key and value head sizes (`{arch}.attention.key_length` /
+    /// `value_length`; `n_embd / n_head` when the file does not say: Gemma
+    /// 3's heads are 256 wide on a 640-wide model).
+    pub head_dim_k: u32,
+    pub head_dim_v: u32,
     pub n_params: u64,
     pub weights_bytes: u64,
     pub recurrent: bool,
@@ -243,6 +248,16 @@ impl LoadedModel {
             token_text_special.push(piece(&model, id, true).into_boxed_slice());
             eog.push(vocab.is_eog(LlamaToken(id)));
         }
+        let arch = meta("general.architecture").unwrap_or_default();
+        let plain_head = (model.n_embd().max(0) as u32)
+            .checked_div(model.n_head())
+            .unwrap_or(0);
+        let head_dim = |k: &str| {
+            meta(&format!("{arch}.attention.{k}"))
+                .and_then(|v| v.trim().parse::<u32>().ok())
+                .filter(|&d| d > 0)
+                .unwrap_or(plain_head)
+        };
         let tok_opt = |t: LlamaToken| (t.0 >= 0 && (t.0 as usize) < n_vocab).then_some(t.0);
         let facts = ModelFacts {
             architecture: meta("general.architecture").unwrap_or_else(|| "unknown".into()),
@@ -256,6 +271,8 @@ impl LoadedModel {
             n_embd: model.n_embd().max(0) as u32,
             n_head: model.n_head(),
             n_head_kv: model.n_head_kv(),
+            head_dim_k: head_dim("key_length"),
+            head_dim_v: head_dim("value_length"),
             n_params: model.n_params(),
             weights_bytes: model.size(),
             recurrent: model.is_recurrent() || model.is_hybrid(),
@@ -308,8 +325,8 @@ impl LoadedModel {
     /// KV bytes one token of one sequence occupies (K and V, f16, all layers).
     pub fn kv_bytes_per_token(&self, kv_q8: bool) -> u64 {
         let f = &self.facts;
-        let head_dim = f.n_embd.checked_div(f.n_head).unwrap_or(0);
-        let elems = 2 * u64::from(f.n_layer) * u64::from(f.n_head_kv * head_dim);
+        let elems =
+            u64::from(f.n_layer) * u64::from(f.n_head_kv) * u64::from(f.head_dim_k + f.head_dim_v);
         if kv_q8 {
             // Q8_0: 34 bytes per block of 32.
             elems * 34 / 32
