@@ -66,8 +66,9 @@ warnings.filterwarnings("ignore")
 
 import jinja2  # noqa: E402
 import transformers  # noqa: E402
-from tokenizers import Tokenizer  # noqa: E402
-from tokenizers.models import WordLevel  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from template_oracle_lib import make_tokenizer, render  # noqa: E402
 
 transformers.logging.set_verbosity_error()
 
@@ -306,34 +307,6 @@ def firefunction_kwargs(c):
 
 
 EXTRA_KWARGS = {"fireworks-ai-llama-3-firefunction-v2.jinja": firefunction_kwargs}
-
-
-def make_tokenizer():
-    # A one-word tokenizer with no special tokens: only its chat_template and
-    # apply_chat_template matter here (tokenize=False never runs it).
-    backend = Tokenizer(WordLevel({"[UNK]": 0}, unk_token="[UNK]"))
-    tok = transformers.PreTrainedTokenizerFast(tokenizer_object=backend)
-    assert not tok.special_tokens_map, tok.special_tokens_map
-    return tok
-
-
-def render(tok, template_text, c):
-    tok.chat_template = template_text
-    # apply_chat_template may edit nothing of ours, but hand it a copy anyway
-    args = json.loads(json.dumps({k: c[k] for k in ("messages", "tools", "documents", "kwargs")}))
-    try:
-        out = tok.apply_chat_template(
-            args["messages"],
-            tools=args["tools"],
-            documents=args["documents"],
-            add_generation_prompt=c["add_generation_prompt"],
-            continue_final_message=c["continue_final_message"],
-            tokenize=False,
-            **args["kwargs"],
-        )
-        return out, None, None
-    except Exception as e:  # noqa: BLE001 - whatever transformers raises is the oracle's answer
-        return None, str(e), type(e).__name__
 
 
 def main():

@@ -70,7 +70,6 @@ pub(crate) struct ChatSetup {
 /// source), else the GGUF's, else the vocabulary's fallback.
 pub(crate) fn setup(
     model: &LoadedModel,
-    specials: &Specials,
     special_texts: &[String],
     over: Option<&(String, String)>,
 ) -> Result<ChatSetup, String> {
@@ -82,7 +81,6 @@ pub(crate) fn setup(
     let mut base_kwargs = Map::new();
     base_kwargs.insert("bos_token".into(), text_of(model.facts.bos).into());
     base_kwargs.insert("eos_token".into(), text_of(model.facts.eos).into());
-    let _ = specials;
     let facts = &model.facts;
     let (source, templates) = if let Some((label, src)) = over {
         let t = ChatTemplates::new(Some(src), &[])

@@ -163,7 +163,7 @@ impl Preparer {
             texts.iter().map(|(_, t)| t.clone()),
         ));
         let names: Vec<String> = texts.iter().map(|(_, t)| t.clone()).collect();
-        let chat = crate::chat::setup(&model, &specials, &names, config.chat_template.as_ref())?;
+        let chat = crate::chat::setup(&model, &names, config.chat_template.as_ref())?;
         let special_ids: std::collections::HashMap<String, TokenId> =
             texts.iter().map(|(id, t)| (t.clone(), *id)).collect();
         let table = |wanted: &[&str]| {

@@ -206,7 +206,10 @@ fn one_call(
         Family::QwenXml => format!(
             "{} {} {}",
             seq(&["<tool_call>", &format!("\n<function={n}>\n")], special),
-            xml_params(p, "<parameter=", ">\n", "\n</parameter>\n"),
+            text_params(p, |k| (
+                lit(&format!("<parameter={k}>\n"), special),
+                lit("\n</parameter>\n", special)
+            )),
             seq(&["</function>\n", "</tool_call>"], special)
         ),
         Family::Llama3 => obj("name", "parameters"),
@@ -263,7 +266,10 @@ fn one_call(
         Family::Glm => format!(
             "{} {} {}",
             seq(&["<tool_call>", &format!("{n}\n")], special),
-            glm_params(p, special),
+            text_params(p, |k| (
+                seq(&["<arg_key>", k, "</arg_key>", "\n", "<arg_value>"], special),
+                seq(&["</arg_value>", "\n"], special)
+            )),
             lit("</tool_call>", special)
         ),
         Family::Gemma4 => {
@@ -272,26 +278,24 @@ fn one_call(
     })
 }
 
-/// XML parameters (Qwen3-Coder): the required properties in schema order,
-/// strings as text, other types as JSON.
-fn xml_params(p: &Value, open: &str, mid: &str, close: &str) -> String {
-    let props = p["properties"].as_object();
+/// The required properties of a parameters schema, in schema order, each
+/// as `before(key) value after` with the value written as text
+/// (`text_value`): Qwen3-Coder's XML parameters, GLM's key/value pairs.
+fn text_params(p: &Value, wrap: impl Fn(&str) -> (String, String)) -> String {
     let required: Vec<&str> = p["required"]
         .as_array()
         .map(|r| r.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
-    let mut parts = Vec::new();
-    for (k, schema) in props.into_iter().flatten() {
-        if !required.contains(&k.as_str()) {
-            continue;
-        }
-        let value = text_value(schema);
-        parts.push(format!(
-            "{} {value} {}",
-            serde_json::to_string(&format!("{open}{k}{mid}")).unwrap_or_default(),
-            serde_json::to_string(close).unwrap_or_default()
-        ));
-    }
+    let parts: Vec<String> = p["properties"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(k, _)| required.contains(&k.as_str()))
+        .map(|(k, schema)| {
+            let (before, after) = wrap(k);
+            format!("{before} {} {after}", text_value(schema))
+        })
+        .collect();
     if parts.is_empty() {
         "\"\"".into()
     } else {
@@ -318,34 +322,6 @@ fn text_value(schema: &Value) -> String {
         "/[^<]*/".to_string()
     } else {
         json_rule(schema)
-    }
-}
-
-fn glm_params(p: &Value, special: Special) -> String {
-    let props = p["properties"].as_object();
-    let required: Vec<&str> = p["required"]
-        .as_array()
-        .map(|r| r.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
-    let mut parts = Vec::new();
-    for (k, schema) in props.into_iter().flatten() {
-        if !required.contains(&k.as_str()) {
-            continue;
-        }
-        let value = text_value(schema);
-        parts.push(format!(
-            "{} {value} {}",
-            seq(
-                &["<arg_key>", k, "</arg_key>", "\n", "<arg_value>"],
-                special
-            ),
-            seq(&["</arg_value>", "\n"], special)
-        ));
-    }
-    if parts.is_empty() {
-        "\"\"".into()
-    } else {
-        parts.join(" ")
     }
 }
 

@@ -195,21 +195,18 @@ fn template_calls(calls: Vec<Value>, param: &str) -> Result<Vec<Value>, ApiError
     calls
         .into_iter()
         .enumerate()
-        .map(|(i, mut c)| {
-            let f = c
-                .get_mut("function")
-                .filter(|f| f.get("name").is_some_and(Value::is_string))
-                .ok_or_else(|| {
-                    ApiError::invalid_value(
-                        format!("{param}[{i}].function must have a string `name`"),
-                        param,
-                    )
-                })?;
+        .map(|(i, c)| {
             // `arguments` stay as sent: the template's own convention
             // (objects, or text for a few) is applied by
             // `steward_formats::adapt::fit`.
-            let _ = f;
-            Ok(c)
+            if c["function"]["name"].is_string() {
+                Ok(c)
+            } else {
+                Err(ApiError::invalid_value(
+                    format!("{param}[{i}].function must have a string `name`"),
+                    param,
+                ))
+            }
         })
         .collect()
 }
