@@ -23,6 +23,23 @@ For TEMPLATE TESTS, one step, here (scripts/gen-template-ggufs.sh runs it per fa
          tokenizer.chat_template.NAME = each variant's. SRC may also be a tokenizer JSON
          written by the `tokenizer` step.
 
+For ARCHITECTURE TESTS (recurrent / hybrid / sliding-window memory), one step, here:
+         gen-random-gguf.py arch --arch mamba2|rwkv7|lfm2|granitehybrid|gemma3 [--src SRC.gguf] --out OUT.gguf
+         a tiny model of that llama.cpp architecture (128 wide, f16 matrices, f32 vectors,
+         output tied to the embedding where the arch allows; 14-27 MiB, nearly all of it
+         the vocabulary) with SRC's tokenizer, unchanged (default: the default model):
+           mamba2        2 Mamba-2 layers (d_inner 256, d_state 32, 4 heads, 1 group): all recurrent
+           rwkv7         2 RWKV-7 layers (head size 64, 2 heads): all recurrent; untied output
+           lfm2          4 layers: shortconv (recurrent), attention, shortconv, attention
+           granitehybrid 4 layers: Mamba-2 (recurrent), attention, Mamba-2, attention
+           gemma3        6 attention layers, sliding_window 32: llama.cpp's own gemma3 pattern
+                         makes layers 0-4 sliding-window and layer 5 global
+         The recurrent parameters keep the state bounded (Mamba-2 A < 0, dt = softplus(bias)
+         in 0.01..0.1, D = 1; RWKV-7 decays come out in (0.55, 1) by construction), norms = 1,
+         so outputs are finite noise. The logits are nearly flat, so greedy text is the same
+         only along the same computation path: a prefix-cache hit (other batch shapes, ~1e-4
+         apart) can flip a near-tie (gemma3: 1 prompt in 8 within 20 tokens).
+
 Shapes: 1b = Llama-3.2-1B (2048 wide, 16 layers, 32 heads, 8 KV heads, FFN 8192),
 8b = Llama-3-8B (4096, 32, 32, 8, 14336), with the tokenizer's vocabulary (SmolLM2:
 49,152, so "8b" has ~7.4B parameters). Needs numpy and the `gguf` package.
@@ -234,6 +251,192 @@ def chat(a):
           + f", {os.path.getsize(a.out) / 2**20:.0f} MiB, {time.time() - t0:.1f} s")
 
 
+ARCHS = ("mamba2", "rwkv7", "lfm2", "granitehybrid", "gemma3")
+
+
+def write_arch(tok, arch, out):
+    """A tiny random model of llama.cpp architecture `arch` (shapes as that arch's
+    load_arch_tensors wants them; numpy shapes are ggml's reversed)."""
+    width, head_dim, eps = 128, 64, 1e-5
+    n_vocab = len(tok["tokenizer.ggml.tokens"]["value"])
+    rng = np.random.default_rng(7)
+    w = gguf.GGUFWriter(out, arch=arch)
+    w.add_name(f"RANDOM WEIGHTS (noise) {arch} architecture test model")
+    w.add_context_length(32768)
+    w.add_embedding_length(width)
+    w.add_vocab_size(n_vocab)
+    w.add_file_type(1)  # mostly f16
+    for k, f in tok.items():
+        sub = None if f["sub_type"] is None else gguf.GGUFValueType(f["sub_type"])
+        w.add_key_value(k, f["value"], gguf.GGUFValueType(f["type"]), sub_type=sub)
+
+    def mat(name, rows, cols):  # a matmul weight: {cols, rows} in ggml, std 0.02, f16
+        w.add_tensor(name, (rng.standard_normal((rows, cols), dtype=np.float32) * 0.02).astype(np.float16))
+
+    def vec(name, v):  # f32: norms, biases, conv kernels, SSM parameters
+        w.add_tensor(name, np.ascontiguousarray(v, dtype=np.float32))
+
+    ones = np.ones(width, np.float32)
+    zeros = np.zeros(width, np.float32)
+
+    def attention(i, heads, kv):
+        w.add_tensor(f"blk.{i}.attn_norm.weight", ones)
+        mat(f"blk.{i}.attn_q.weight", heads * head_dim, width)
+        mat(f"blk.{i}.attn_k.weight", kv * head_dim, width)
+        mat(f"blk.{i}.attn_v.weight", kv * head_dim, width)
+        mat(f"blk.{i}.attn_output.weight", width, heads * head_dim)
+
+    def ffn(i, n_ff):
+        w.add_tensor(f"blk.{i}.ffn_norm.weight", ones)
+        mat(f"blk.{i}.ffn_gate.weight", n_ff, width)
+        mat(f"blk.{i}.ffn_up.weight", n_ff, width)
+        mat(f"blk.{i}.ffn_down.weight", width, n_ff)
+
+    d_inner, d_state, d_conv, n_group = 2 * width, 32, 4, 1
+    n_ssm_head = d_inner // head_dim
+
+    def mamba2_keys():
+        w.add_ssm_conv_kernel(d_conv)
+        w.add_ssm_inner_size(d_inner)
+        w.add_ssm_state_size(d_state)
+        w.add_ssm_time_step_rank(n_ssm_head)
+        w.add_ssm_group_count(n_group)
+
+    def mamba2(i):  # llama.cpp's llm_build_mamba_base::build_mamba2_layer
+        conv_dim = d_inner + 2 * n_group * d_state
+        w.add_tensor(f"blk.{i}.attn_norm.weight", ones)
+        mat(f"blk.{i}.ssm_in.weight", d_inner + conv_dim + n_ssm_head, width)  # z, xBC, dt
+        vec(f"blk.{i}.ssm_conv1d.weight", rng.standard_normal((conv_dim, d_conv)) * 0.2)
+        vec(f"blk.{i}.ssm_conv1d.bias", np.zeros(conv_dim))
+        dt = np.exp(rng.uniform(np.log(0.01), np.log(0.1), n_ssm_head))
+        vec(f"blk.{i}.ssm_dt.bias", dt + np.log(-np.expm1(-dt)))  # softplus(bias) = dt
+        vec(f"blk.{i}.ssm_a", -rng.uniform(1, 16, (n_ssm_head, 1)))  # A = -exp(A_log) < 0
+        vec(f"blk.{i}.ssm_d", np.ones((n_ssm_head, 1)))
+        vec(f"blk.{i}.ssm_norm.weight", np.ones((n_group, d_inner // n_group)))
+        mat(f"blk.{i}.ssm_out.weight", width, d_inner)
+
+    mat("token_embd.weight", n_vocab, width)
+    if arch == "mamba2":
+        layers = 2
+        w.add_block_count(layers)
+        mamba2_keys()
+        w.add_layer_norm_rms_eps(eps)
+        for i in range(layers):
+            mamba2(i)
+        w.add_tensor("output_norm.weight", ones)
+    elif arch == "granitehybrid":
+        kinds = ["recurrent", "attention", "recurrent", "attention"]
+        heads, kv, n_ff = width // head_dim, 1, 2 * width
+        w.add_block_count(len(kinds))
+        w.add_head_count(heads)
+        w.add_head_count_kv([0 if k == "recurrent" else kv for k in kinds])  # 0 = a Mamba-2 layer
+        w.add_feed_forward_length(n_ff)
+        w.add_rope_freq_base(10000.0)
+        w.add_layer_norm_rms_eps(eps)
+        mamba2_keys()
+        for i, k in enumerate(kinds):
+            if k == "recurrent":
+                mamba2(i)
+            else:
+                attention(i, heads, kv)
+            ffn(i, n_ff)
+        w.add_tensor("output_norm.weight", ones)
+    elif arch == "lfm2":
+        kinds = ["recurrent", "attention", "recurrent", "attention"]
+        heads, kv, n_ff, l_cache = width // head_dim, 1, 2 * width, 3
+        w.add_block_count(len(kinds))
+        w.add_head_count(heads)
+        w.add_head_count_kv([0 if k == "recurrent" else kv for k in kinds])  # 0 = a shortconv layer
+        w.add_feed_forward_length(n_ff)
+        w.add_rope_freq_base(1000000.0)
+        w.add_layer_norm_rms_eps(eps)
+        w.add_uint32(f"{arch}.shortconv.l_cache", l_cache)
+        for i, k in enumerate(kinds):
+            if k == "recurrent":
+                w.add_tensor(f"blk.{i}.attn_norm.weight", ones)
+                vec(f"blk.{i}.shortconv.conv.weight", rng.standard_normal((width, l_cache)) * 0.2)
+                mat(f"blk.{i}.shortconv.in_proj.weight", 3 * width, width)
+                mat(f"blk.{i}.shortconv.out_proj.weight", width, width)
+            else:
+                attention(i, heads, kv)
+                vec(f"blk.{i}.attn_q_norm.weight", np.ones(head_dim))
+                vec(f"blk.{i}.attn_k_norm.weight", np.ones(head_dim))
+            ffn(i, n_ff)
+        w.add_tensor("token_embd_norm.weight", ones)  # llama.cpp's name for LFM2's output norm
+    elif arch == "gemma3":
+        layers, heads, kv, n_ff = 6, width // head_dim, 1, 2 * width
+        w.add_block_count(layers)
+        w.add_head_count(heads)
+        w.add_head_count_kv(kv)
+        w.add_key_length(head_dim)
+        w.add_value_length(head_dim)
+        w.add_feed_forward_length(n_ff)
+        w.add_rope_freq_base(1000000.0)
+        w.add_float32(f"{arch}.rope.freq_base_swa", 10000.0)
+        w.add_layer_norm_rms_eps(1e-6)
+        w.add_sliding_window(32)  # no sliding_window_pattern key: llama.cpp's default (5 SWA, 1 global)
+        for i in range(layers):
+            attention(i, heads, kv)
+            vec(f"blk.{i}.attn_q_norm.weight", np.ones(head_dim))
+            vec(f"blk.{i}.attn_k_norm.weight", np.ones(head_dim))
+            w.add_tensor(f"blk.{i}.post_attention_norm.weight", ones)
+            ffn(i, n_ff)
+            w.add_tensor(f"blk.{i}.post_ffw_norm.weight", ones)
+        w.add_tensor("output_norm.weight", ones)
+    elif arch == "rwkv7":
+        layers, n_ff, rank = 2, 4 * width, 32
+        w.add_block_count(layers)
+        w.add_feed_forward_length(n_ff)
+        w.add_head_count(0)
+        w.add_layer_norm_eps(eps)
+        w.add_uint32(f"{arch}.wkv.head_size", head_dim)
+        for key in ("decay", "iclr", "value_residual_mix", "gate"):
+            w.add_uint32(f"{arch}.attention.{key}_lora_rank", rank)
+        w.add_uint32(f"{arch}.token_shift_count", 2)
+        w.add_tensor("token_embd_norm.weight", ones)
+        w.add_tensor("token_embd_norm.bias", zeros)
+        for i in range(layers):
+            b = f"blk.{i}"
+            for n in ("attn_norm", "attn_norm_2", "time_mix_ln"):
+                w.add_tensor(f"{b}.{n}.weight", ones)
+                w.add_tensor(f"{b}.{n}.bias", zeros)
+            for n in ("w", "a", "v", "g"):  # low-rank (LoRA-shaped) projections
+                mat(f"{b}.time_mix_{n}1.weight", rank, width)
+                mat(f"{b}.time_mix_{n}2.weight", width, rank)
+            vec(f"{b}.time_mix_w0.weight", rng.uniform(-6, -1, width))  # decay = exp(-0.61 sigmoid(.))
+            vec(f"{b}.time_mix_a0.weight", np.zeros(width))
+            vec(f"{b}.time_mix_v0.weight", np.ones(width))
+            vec(f"{b}.time_mix_lerp_fused.weight", rng.uniform(0, 1, (6, 1, 1, width)))
+            vec(f"{b}.time_mix_k_k.weight", np.full(width, 0.85))
+            vec(f"{b}.time_mix_k_a.weight", np.ones(width))
+            vec(f"{b}.time_mix_r_k.weight", rng.standard_normal(width) * 0.1)
+            for n in ("key", "value", "receptance", "output"):
+                mat(f"{b}.time_mix_{n}.weight", width, width)
+            vec(f"{b}.channel_mix_lerp_k.weight", rng.uniform(0, 1, (1, 1, width)))
+            mat(f"{b}.channel_mix_key.weight", n_ff, width)
+            mat(f"{b}.channel_mix_value.weight", width, n_ff)
+        w.add_tensor("output_norm.weight", ones)
+        w.add_tensor("output_norm.bias", zeros)
+        mat("output.weight", n_vocab, width)  # rwkv7 has no tied-output fallback
+    else:
+        raise ValueError(arch)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def arch_model(a):
+    t0 = time.time()
+    tok = read_tokenizer(a.src)
+    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+    tmp = a.out + ".tmp"
+    write_arch(tok, a.arch, tmp)
+    os.replace(tmp, a.out)
+    print(f"RANDOM WEIGHTS, OUTPUT IS NOISE: {a.out} ({a.arch}, "
+          f"{os.path.getsize(a.out) / 2**20:.1f} MiB, {time.time() - t0:.1f} s)")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -245,11 +448,11 @@ def main():
     m.add_argument("--shape", choices=SHAPES, default="1b")
     m.add_argument("--type", choices=TYPES, default="f16")
     m.add_argument("--out", required=True)
+    default_src = os.path.join(os.environ.get("STEWARD_CACHE_DIR") or os.path.expanduser("~/.cache/steward"),
+                               "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
     c = sub.add_parser("chat", help="tiny random model with a chat template and its marker tokens")
-    c.add_argument("--src", default=os.path.join(
-        os.environ.get("STEWARD_CACHE_DIR") or os.path.expanduser("~/.cache/steward"),
-        "models", "SmolLM2-135M-Instruct.Q4_1.gguf"),
-        help="GGUF (or `tokenizer` JSON) whose tokenizer to take (default: the default model)")
+    c.add_argument("--src", default=default_src,
+                   help="GGUF (or `tokenizer` JSON) whose tokenizer to take (default: the default model)")
     c.add_argument("--template", required=True, help="file whose text becomes tokenizer.chat_template")
     c.add_argument("--template-variant", action="append", default=[], metavar="NAME=FILE",
                    help="tokenizer.chat_template.NAME (repeatable)")
@@ -261,11 +464,18 @@ def main():
     c.add_argument("--eot")
     c.add_argument("--add-bos", choices=("true", "false"), help="tokenizer.ggml.add_bos_token (default: SRC's)")
     c.add_argument("--out", required=True)
+    r = sub.add_parser("arch", help="tiny random model of a recurrent / hybrid / sliding-window architecture")
+    r.add_argument("--arch", choices=ARCHS, required=True)
+    r.add_argument("--src", default=default_src,
+                   help="GGUF (or `tokenizer` JSON) whose tokenizer to take (default: the default model)")
+    r.add_argument("--out", required=True)
     a = ap.parse_args()
     if a.cmd == "tokenizer":
         tokenizer(a.src, a.out)
     elif a.cmd == "chat":
         chat(a)
+    elif a.cmd == "arch":
+        arch_model(a)
     else:
         model(a.tok, a.shape, a.type, a.out)
 
