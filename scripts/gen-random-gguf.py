@@ -25,8 +25,8 @@ For TEMPLATE TESTS, one step, here (scripts/gen-template-ggufs.sh runs it per fa
 
 For ARCHITECTURE TESTS (recurrent / hybrid / sliding-window memory), one step, here:
          gen-random-gguf.py arch --arch mamba2|rwkv7|lfm2|granitehybrid|gemma3 [--src SRC.gguf] --out OUT.gguf
-         a tiny model of that llama.cpp architecture (128 wide, f16 matrices, f32 vectors,
-         output tied to the embedding where the arch allows; 14-27 MiB, nearly all of it
+         a tiny model of that llama.cpp architecture (128 wide, f16 matrices (gemma3's layers:
+         f32), f32 vectors, output tied to the embedding where the arch allows; 14-27 MiB, nearly all of it
          the vocabulary) with SRC's tokenizer, unchanged (default: the default model):
            mamba2        2 Mamba-2 layers (d_inner 256, d_state 32, 4 heads, 1 group): all recurrent
            rwkv7         2 RWKV-7 layers (head size 64, 2 heads): all recurrent; untied output
@@ -36,9 +36,17 @@ For ARCHITECTURE TESTS (recurrent / hybrid / sliding-window memory), one step, h
                          makes layers 0-4 sliding-window and layer 5 global
          The recurrent parameters keep the state bounded (Mamba-2 A < 0, dt = softplus(bias)
          in 0.01..0.1, D = 1; RWKV-7 decays come out in (0.55, 1) by construction), norms = 1,
-         so outputs are finite noise. The logits are nearly flat, so greedy text is the same
-         only along the same computation path: a prefix-cache hit (other batch shapes, ~1e-4
-         apart) can flip a near-tie (gemma3: 1 prompt in 8 within 20 tokens).
+         so outputs are finite noise. The final norm weight is LOGIT_SCALE[arch] (20-30, not 1),
+         so the logits are peaked (top-1 vs top-2 logprob gap: median ~1, 70-85% of tokens
+         > 0.5; top-1 logprob ~ -0.3..-1 where flat logits gave -9.8) and greedy text varies
+         along the text (lfm2: ffn_down 10x wider so the layers, not the embedding, steer it;
+         with 1x it repeated one token forever). Scaling does NOT remove near-ties relative
+         to numeric noise: path noise (e.g. a prefix-cache hit's other batch shapes, through
+         CPU flash attention's f16 sums) lives in the hidden state and is scaled with the
+         logits (gemma3: max |dlogprob| 4e-4 -> 5e-3 at scale 20). It is a random network,
+         so the top-2 gap has density at 0 and a rare flip stays possible; a replay check
+         must accept a first difference where the top-2 are within the noise. gemma3 keeps
+         its layer matrices f32 (no f16 rounding of activations; measured 1.6x less noise).
 
 Shapes: 1b = Llama-3.2-1B (2048 wide, 16 layers, 32 heads, 8 KV heads, FFN 8192),
 8b = Llama-3-8B (4096, 32, 32, 8, 14336), with the tokenizer's vocabulary (SmolLM2:
@@ -254,6 +262,9 @@ def chat(a):
 ARCHS = ("mamba2", "rwkv7", "lfm2", "granitehybrid", "gemma3")
 
 
+LOGIT_SCALE = {"mamba2": 30.0, "rwkv7": 30.0, "lfm2": 25.0, "granitehybrid": 30.0, "gemma3": 20.0}
+
+
 def write_arch(tok, arch, out):
     """A tiny random model of llama.cpp architecture `arch` (shapes as that arch's
     load_arch_tensors wants them; numpy shapes are ggml's reversed)."""
@@ -270,13 +281,17 @@ def write_arch(tok, arch, out):
         sub = None if f["sub_type"] is None else gguf.GGUFValueType(f["sub_type"])
         w.add_key_value(k, f["value"], gguf.GGUFValueType(f["type"]), sub_type=sub)
 
-    def mat(name, rows, cols):  # a matmul weight: {cols, rows} in ggml, std 0.02, f16
-        w.add_tensor(name, (rng.standard_normal((rows, cols), dtype=np.float32) * 0.02).astype(np.float16))
+    layer_f32 = arch == "gemma3"
+
+    def mat(name, rows, cols, std=0.02):  # a matmul weight: {cols, rows} in ggml, f16 (gemma3's layers: f32)
+        m = rng.standard_normal((rows, cols), dtype=np.float32) * std
+        w.add_tensor(name, m if layer_f32 and rows != n_vocab else m.astype(np.float16))
 
     def vec(name, v):  # f32: norms, biases, conv kernels, SSM parameters
         w.add_tensor(name, np.ascontiguousarray(v, dtype=np.float32))
 
     ones = np.ones(width, np.float32)
+    out_norm = ones * LOGIT_SCALE[arch]  # the final norm's weight: the logits' scale
     zeros = np.zeros(width, np.float32)
 
     def attention(i, heads, kv):
@@ -286,11 +301,11 @@ def write_arch(tok, arch, out):
         mat(f"blk.{i}.attn_v.weight", kv * head_dim, width)
         mat(f"blk.{i}.attn_output.weight", width, heads * head_dim)
 
-    def ffn(i, n_ff):
+    def ffn(i, n_ff, down_std=0.02):
         w.add_tensor(f"blk.{i}.ffn_norm.weight", ones)
         mat(f"blk.{i}.ffn_gate.weight", n_ff, width)
         mat(f"blk.{i}.ffn_up.weight", n_ff, width)
-        mat(f"blk.{i}.ffn_down.weight", width, n_ff)
+        mat(f"blk.{i}.ffn_down.weight", width, n_ff, down_std)
 
     d_inner, d_state, d_conv, n_group = 2 * width, 32, 4, 1
     n_ssm_head = d_inner // head_dim
@@ -323,7 +338,7 @@ def write_arch(tok, arch, out):
         w.add_layer_norm_rms_eps(eps)
         for i in range(layers):
             mamba2(i)
-        w.add_tensor("output_norm.weight", ones)
+        w.add_tensor("output_norm.weight", out_norm)
     elif arch == "granitehybrid":
         kinds = ["recurrent", "attention", "recurrent", "attention"]
         heads, kv, n_ff = width // head_dim, 1, 2 * width
@@ -340,7 +355,7 @@ def write_arch(tok, arch, out):
             else:
                 attention(i, heads, kv)
             ffn(i, n_ff)
-        w.add_tensor("output_norm.weight", ones)
+        w.add_tensor("output_norm.weight", out_norm)
     elif arch == "lfm2":
         kinds = ["recurrent", "attention", "recurrent", "attention"]
         heads, kv, n_ff, l_cache = width // head_dim, 1, 2 * width, 3
@@ -361,8 +376,8 @@ def write_arch(tok, arch, out):
                 attention(i, heads, kv)
                 vec(f"blk.{i}.attn_q_norm.weight", np.ones(head_dim))
                 vec(f"blk.{i}.attn_k_norm.weight", np.ones(head_dim))
-            ffn(i, n_ff)
-        w.add_tensor("token_embd_norm.weight", ones)  # llama.cpp's name for LFM2's output norm
+            ffn(i, n_ff, down_std=0.2)
+        w.add_tensor("token_embd_norm.weight", out_norm)  # llama.cpp's name for LFM2's output norm
     elif arch == "gemma3":
         layers, heads, kv, n_ff = 6, width // head_dim, 1, 2 * width
         w.add_block_count(layers)
@@ -382,7 +397,7 @@ def write_arch(tok, arch, out):
             w.add_tensor(f"blk.{i}.post_attention_norm.weight", ones)
             ffn(i, n_ff)
             w.add_tensor(f"blk.{i}.post_ffw_norm.weight", ones)
-        w.add_tensor("output_norm.weight", ones)
+        w.add_tensor("output_norm.weight", out_norm)
     elif arch == "rwkv7":
         layers, n_ff, rank = 2, 4 * width, 32
         w.add_block_count(layers)
@@ -415,7 +430,7 @@ def write_arch(tok, arch, out):
             vec(f"{b}.channel_mix_lerp_k.weight", rng.uniform(0, 1, (1, 1, width)))
             mat(f"{b}.channel_mix_key.weight", n_ff, width)
             mat(f"{b}.channel_mix_value.weight", width, n_ff)
-        w.add_tensor("output_norm.weight", ones)
+        w.add_tensor("output_norm.weight", out_norm)
         w.add_tensor("output_norm.bias", zeros)
         mat("output.weight", n_vocab, width)  # rwkv7 has no tied-output fallback
     else:
