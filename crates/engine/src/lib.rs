@@ -86,6 +86,13 @@ pub struct EngineConfig {
     pub kv_q8: bool,
     /// Unified KV pool (see `RuntimeParams::kv_unified`).
     pub kv_unified: bool,
+    /// Sliding-window layers keep every cell (see `RuntimeParams::swa_full`).
+    pub swa_full: bool,
+    /// Checkpoints of state that cannot be rewound (sliding-window cells,
+    /// recurrent state): host bytes they may hold in all (0: none taken).
+    pub checkpoint_bytes: u64,
+    /// Prompts shorter than this take no checkpoint.
+    pub checkpoint_min_tokens: usize,
     pub n_gpu_layers: u32,
     /// Bounded queue of submitted, not yet admitted requests.
     pub max_waiting: usize,
@@ -172,6 +179,9 @@ impl EngineConfig {
             flash_attn: true,
             kv_q8: false,
             kv_unified: false,
+            swa_full: false,
+            checkpoint_bytes: 256 << 20,
+            checkpoint_min_tokens: 64,
             n_gpu_layers: 0,
             max_waiting: 256,
             outbox_capacity: 64,

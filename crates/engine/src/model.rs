@@ -22,6 +22,9 @@ use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
 
+mod state;
+pub use state::MemoryKind;
+
 /// A token ID as the engine sees it.
 pub type TokenId = i32;
 
@@ -112,7 +115,12 @@ pub struct ModelFacts {
     pub head_dim_v: u32,
     pub n_params: u64,
     pub weights_bytes: u64,
+    /// A recurrent state per sequence (pure recurrent: no attention KV).
     pub recurrent: bool,
+    /// Attention layers beside recurrent ones (llama.cpp's hybrid memory).
+    pub hybrid: bool,
+    /// Sliding-window attention width (0: none).
+    pub n_swa: u32,
     pub chat_template: Option<String>,
     /// Named template variants (`tokenizer.chat_template.<name>`, e.g.
     /// `tool_use`, `rag`), in file order.
@@ -275,7 +283,9 @@ impl LoadedModel {
             head_dim_v: head_dim("value_length"),
             n_params: model.n_params(),
             weights_bytes: model.size(),
-            recurrent: model.is_recurrent() || model.is_hybrid(),
+            recurrent: model.is_recurrent(),
+            hybrid: model.is_hybrid(),
+            n_swa: n_swa(&model),
             chat_template: meta("tokenizer.chat_template"),
             chat_template_variants: (0..model.meta_count())
                 .filter_map(|i| {
@@ -353,6 +363,7 @@ impl LoadedModel {
         cp.n_threads = p.n_threads;
         cp.n_threads_batch = p.n_threads_batch;
         cp.kv_unified = p.kv_unified;
+        cp.swa_full = p.swa_full;
         cp.flash_attn_type = if p.flash_attn || p.kv_q8 {
             sys::LLAMA_FLASH_ATTN_TYPE_ENABLED
         } else {
@@ -383,6 +394,12 @@ impl LoadedModel {
             _model: std::marker::PhantomData,
         })
     }
+}
+
+fn n_swa(model: &LlamaModel) -> u32 {
+    // SAFETY: `LlamaModel` is `repr(transparent)` over a live model pointer.
+    let ptr = unsafe { *(model as *const LlamaModel as *const *mut llama_cpp_sys_2::llama_model) };
+    unsafe { llama_cpp_sys_2::llama_model_n_swa(ptr) }.max(0) as u32
 }
 
 fn piece(model: &LlamaModel, id: i32, special: bool) -> Vec<u8> {
@@ -420,6 +437,10 @@ pub struct RuntimeParams {
     /// One KV pool shared by all slots (llama.cpp's unified KV) instead of a
     /// stream of `ctx_per_seq` cells per slot.
     pub kv_unified: bool,
+    /// Sliding-window layers keep a cell for every position (llama.cpp's
+    /// `swa_full`): more memory, any prefix reusable. Off (llama-server's
+    /// default): they hold `n_swa + n_ubatch` cells per stream.
+    pub swa_full: bool,
 }
 
 /// One llama context and its batch. Slot = llama `seq_id`; each slot has its
@@ -590,78 +611,6 @@ impl Runtime<'_> {
                 false
             }
         }
-    }
-
-    /// Drop every KV cell of a slot. Idempotent.
-    pub fn clear_slot(&mut self, slot: usize) {
-        unsafe { llama_cpp_sys_2::llama_memory_seq_rm(self.mem(), slot as i32, -1, -1) };
-    }
-
-    /// Drop a slot's cells from position `from` on (keep its prefix).
-    pub fn truncate_slot(&mut self, slot: usize, from: u32) {
-        unsafe { llama_cpp_sys_2::llama_memory_seq_rm(self.mem(), slot as i32, from as i32, -1) };
-    }
-
-    /// Copy every cell of slot `src` into slot `dst` (whose cells are
-    /// replaced). With per-slot KV streams llama.cpp copies the whole stream
-    /// buffer at the start of the next `decode`, before that step computes,
-    /// so `src` may take part in that step; with a unified pool it only
-    /// tags the cells (zero-copy).
-    pub fn copy_slot(&mut self, src: usize, dst: usize) {
-        unsafe { llama_cpp_sys_2::llama_memory_seq_cp(self.mem(), src as i32, dst as i32, -1, -1) };
-    }
-
-    /// A slot's KV state as bytes (llama.cpp's per-sequence state format),
-    /// for the prefix cache's host tier.
-    pub fn save_slot(&self, slot: usize) -> Option<Vec<u8>> {
-        use llama_cpp_sys_2 as sys;
-        // SAFETY: the buffer holds `size` bytes; llama.cpp writes at most that.
-        unsafe {
-            let size = sys::llama_state_seq_get_size(self.ctx.as_ptr(), slot as i32);
-            if size == 0 {
-                return None;
-            }
-            let mut buf = vec![0u8; size];
-            let n = sys::llama_state_seq_get_data(
-                self.ctx.as_ptr(),
-                buf.as_mut_ptr(),
-                size,
-                slot as i32,
-            );
-            (n == size).then_some(buf)
-        }
-    }
-
-    /// Load state saved by `save_slot` into `slot` (whose cells it
-    /// replaces). False when llama.cpp refuses it (the slot is then empty).
-    pub fn restore_slot(&mut self, slot: usize, data: &[u8]) -> bool {
-        self.clear_slot(slot);
-        // SAFETY: reads `data.len()` bytes.
-        let n = unsafe {
-            llama_cpp_sys_2::llama_state_seq_set_data(
-                self.ctx.as_ptr(),
-                data.as_ptr(),
-                data.len(),
-                slot as i32,
-            )
-        };
-        if n == 0 {
-            self.clear_slot(slot);
-        }
-        n > 0
-    }
-
-    /// Size of the whole context state as llama.cpp would serialize it:
-    /// model info plus every KV cell in use, each once (a cell shared by
-    /// several sequences in a unified pool is written once). Computed by
-    /// counting, without copying.
-    pub fn state_bytes(&self) -> usize {
-        unsafe { llama_cpp_sys_2::llama_state_get_size(self.ctx.as_ptr()) }
-    }
-
-    /// Highest position stored for a slot, or -1 when empty.
-    pub fn slot_pos_max(&self, slot: usize) -> i32 {
-        unsafe { llama_cpp_sys_2::llama_memory_seq_pos_max(self.mem(), slot as i32) }
     }
 }
 

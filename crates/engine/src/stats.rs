@@ -155,6 +155,23 @@ pub struct EngineStats {
     pub prefix_host_bytes: u64,
     pub prefix_host_entries: usize,
     pub prefix_host_ms_total: f64,
+    /// How the model's memory holds a sequence: `attention`,
+    /// `sliding_window`, `recurrent` or `hybrid` (`MemoryKind::name`).
+    pub memory_kind: &'static str,
+    /// Sliding-window width (0: none, or kept whole with `--swa-full`).
+    pub swa_window: u32,
+    /// Bytes of the state that cannot be rewound, measured from llama.cpp at
+    /// startup: per sliding-window cell, per slot of recurrent state.
+    pub window_bytes_per_cell: u64,
+    pub recurrent_bytes_per_slot: u64,
+    /// Sliding-window cells held over all slots now (each slot's `lo..len`).
+    pub window_cells_held: u64,
+    /// Checkpoints of state that cannot be rewound: taken, restored into a
+    /// slot (a prefix reused through one), held now and their bytes.
+    pub checkpoints_taken: u64,
+    pub checkpoint_restores: u64,
+    pub checkpoints: usize,
+    pub checkpoint_bytes: u64,
     /// Constrained decoding (grammars, JSON schemas, forced tool calls):
     /// owner-thread time spent masking and advancing, the tokens it covered,
     /// and the requests that carried a constraint (counted at retirement).

@@ -209,6 +209,20 @@ struct ServeArgs {
     /// One KV pool shared by all slots instead of a stream per slot.
     #[arg(long)]
     kv_unified: bool,
+    /// Sliding-window models: keep every cell of the sliding-window layers
+    /// (as full attention does) instead of `window + ubatch` cells per
+    /// slot. More memory; any cached prefix is then reusable without a
+    /// checkpoint.
+    #[arg(long)]
+    swa_full: bool,
+    /// Host memory for checkpoints of state that cannot be rewound
+    /// (sliding-window cells, recurrent state), taken when a prompt has
+    /// been computed, in MiB; least recently used go first (0: none).
+    #[arg(long, default_value_t = 256)]
+    checkpoint_mb: u64,
+    /// Prompts shorter than this take no checkpoint.
+    #[arg(long, default_value_t = 64)]
+    checkpoint_min_tokens: usize,
     /// Prefix cache: keep finished requests' KV state in idle slots and
     /// reuse it for prompts that start with the same tokens
     /// (`--prefix-cache false` to turn it off).
@@ -519,6 +533,9 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
             Some(steward_engine::memory::parse_budget(b, total).map_err(anyhow::Error::msg)?);
     }
     c.kv_unified = a.kv_unified;
+    c.swa_full = a.swa_full;
+    c.checkpoint_bytes = a.checkpoint_mb << 20;
+    c.checkpoint_min_tokens = a.checkpoint_min_tokens;
     c.prefix_cache = a.prefix_cache;
     c.prefix_copy_min = a.prefix_copy_min;
     c.device_sampling = a.device_sampling;
@@ -686,6 +703,7 @@ fn bench_runtime(a: BenchRuntimeArgs) -> anyhow::Result<()> {
         flash_attn: a.flash_attn,
         kv_q8: a.kv_q8,
         kv_unified: a.kv_unified,
+        swa_full: false,
     };
     if a.copy_cost {
         let params = RuntimeParams {

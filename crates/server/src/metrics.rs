@@ -173,7 +173,7 @@ pub fn render(e: &EngineStats, waiting: usize, h: &HttpMetrics) -> String {
         0.0
     };
     // (name, help, type, value): every engine-side metric, declared here.
-    let engine: [(&str, &str, &str, f64); 56] = [
+    let engine: [(&str, &str, &str, f64); 61] = [
         (
             "steward_draining",
             "1 while draining for shutdown",
@@ -335,6 +335,36 @@ pub fn render(e: &EngineStats, waiting: usize, h: &HttpMetrics) -> String {
             "Bytes of saved KV state held by the host tier",
             "gauge",
             e.prefix_host_bytes as f64,
+        ),
+        (
+            "steward_checkpoints_taken_total",
+            "Checkpoints of state that cannot be rewound (sliding-window cells, recurrent state) taken when a prompt was computed",
+            "counter",
+            e.checkpoints_taken as f64,
+        ),
+        (
+            "steward_checkpoint_restores_total",
+            "Prompts whose cached prefix was reused through a checkpoint",
+            "counter",
+            e.checkpoint_restores as f64,
+        ),
+        (
+            "steward_checkpoint_bytes",
+            "Host bytes held by checkpoints",
+            "gauge",
+            e.checkpoint_bytes as f64,
+        ),
+        (
+            "steward_checkpoints",
+            "Checkpoints held",
+            "gauge",
+            e.checkpoints as f64,
+        ),
+        (
+            "steward_window_cells_held",
+            "Sliding-window cells held over all slots",
+            "gauge",
+            e.window_cells_held as f64,
         ),
         (
             "steward_prefix_host_entries",

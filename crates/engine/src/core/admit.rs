@@ -53,12 +53,14 @@ impl<B: Backend> Owner<B> {
             let reuse = if eligible {
                 let runs = self.stream_runs();
                 let free = !self.free_slots.is_empty();
+                let (memory, cells) = (&self.memory, &self.cells);
                 self.cache.lookup(
                     self.prefix_key,
                     &r.prompt,
-                    &self.cells,
+                    cells,
                     |s| fragments(&runs, s),
                     free,
+                    |s, m, takeover| memory.reach(s, cells.len(s), m, takeover).len,
                 )
             } else {
                 None
@@ -80,7 +82,16 @@ impl<B: Backend> Owner<B> {
             // may fail or find its entry gone (evictions below spill into
             // the tier, which drops its own LRU entries): it reserves the
             // whole growth and gives back what it really reused.
+            // So does a takeover through a checkpoint (the runtime may
+            // refuse it).
+            let through_checkpoint = match &reuse {
+                Some(Reuse::Takeover { slot, len }) => {
+                    self.memory.direct(*slot, self.cells.len(*slot), *len) < *len
+                }
+                _ => false,
+            };
             let (reserved_reuse, adds) = match &reuse {
+                Some(Reuse::Takeover { .. }) if through_checkpoint => (0, 0),
                 Some(Reuse::Takeover { len, .. }) => (*len, 0),
                 Some(Reuse::Copy { len, .. }) if self.cache.share => (*len, 0),
                 Some(Reuse::Copy { len, .. }) => (*len, *len),
@@ -127,8 +138,11 @@ impl<B: Backend> Owner<B> {
                     if self.cells.len(slot) >= len + self.host.min_tokens {
                         self.spill(e);
                     }
-                    self.kv_truncate(slot, len);
-                    (slot, len)
+                    let reused = self.rewind(slot, len);
+                    if through_checkpoint {
+                        permit.consume(reused as u64);
+                    }
+                    (slot, reused)
                 }
                 (Some(Reuse::Copy { src_slot, len }), _) => {
                     // The source (pinned above) is read at the next decode.

@@ -32,7 +32,30 @@ pub trait Backend {
     /// Release every KV cell of a slot (idempotent).
     fn clear_slot(&mut self, slot: usize);
     /// Release a slot's cells from position `from` on (keep its prefix).
-    fn truncate_slot(&mut self, slot: usize, from: u32);
+    /// False when the memory cannot be cut there (a recurrent state): the
+    /// slot is then unchanged.
+    fn truncate_slot(&mut self, slot: usize, from: u32) -> bool;
+    /// Lowest position every layer of a slot still holds (`None`: empty);
+    /// above 0 once a sliding-window cache has overwritten old cells.
+    fn slot_pos_min(&self, _slot: usize) -> Option<usize> {
+        Some(0)
+    }
+    /// The part of a slot's state that cannot be rewound (window cells,
+    /// recurrent state), as bytes: a checkpoint at its current length.
+    fn save_partial(&self, _slot: usize) -> Option<Vec<u8>> {
+        None
+    }
+    /// Put a checkpoint back into the slot it was taken from and cut the
+    /// slot to `len` cells (the checkpoint's length); false, and the slot
+    /// cleared, if refused.
+    fn restore_partial(&mut self, slot: usize, _data: &[u8], _len: u32) -> bool {
+        self.clear_slot(slot);
+        false
+    }
+    /// Bytes of a slot's saved state: whole, or its partial part.
+    fn slot_state_size(&self, _slot: usize, _partial: bool) -> usize {
+        0
+    }
     /// Make `dst` hold a copy of `src`'s cells (before the next step runs;
     /// `src` is only read).
     fn copy_slot(&mut self, src: usize, dst: usize);
@@ -84,8 +107,20 @@ impl Backend for Runtime<'_> {
     fn clear_slot(&mut self, slot: usize) {
         Runtime::clear_slot(self, slot)
     }
-    fn truncate_slot(&mut self, slot: usize, from: u32) {
+    fn truncate_slot(&mut self, slot: usize, from: u32) -> bool {
         Runtime::truncate_slot(self, slot, from)
+    }
+    fn slot_pos_min(&self, slot: usize) -> Option<usize> {
+        usize::try_from(Runtime::slot_pos_min(self, slot)).ok()
+    }
+    fn save_partial(&self, slot: usize) -> Option<Vec<u8>> {
+        Runtime::save_partial(self, slot)
+    }
+    fn restore_partial(&mut self, slot: usize, data: &[u8], len: u32) -> bool {
+        Runtime::restore_partial(self, slot, data, len)
+    }
+    fn slot_state_size(&self, slot: usize, partial: bool) -> usize {
+        Runtime::slot_state_size(self, slot, partial)
     }
     fn copy_slot(&mut self, src: usize, dst: usize) {
         Runtime::copy_slot(self, src, dst)

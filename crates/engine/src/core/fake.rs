@@ -2,6 +2,14 @@
 //! vocabulary, "logits" that make the next token a pure function of the
 //! slot's last token and position, per-slot KV bookkeeping that rejects
 //! position gaps, and fault injection.
+//!
+//! Memory kinds as llama.cpp holds them (`FakeMemory`): a sliding window
+//! whose stream keeps `size` cells (older ones overwritten, lowest first)
+//! and whose next token depends on the window's tokens, and a recurrent
+//! state (a running hash of every token) that cannot be cut short. A token
+//! computed without the state it needs (a window cell already overwritten,
+//! a checkpoint restored into the wrong slot) comes out different, so a
+//! reuse the real runtime would get wrong shows up as different text.
 
 use std::sync::Arc;
 
@@ -29,8 +37,27 @@ pub fn vocab() -> Arc<Vocab> {
     Arc::new(v)
 }
 
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum FakeMemory {
+    #[default]
+    Attention,
+    Window {
+        n_swa: usize,
+        size: usize,
+    },
+    Recurrent,
+}
+
 #[derive(Default)]
 pub struct FakeBackend {
+    pub memory: FakeMemory,
+    /// Window: lowest position held per slot; recurrent: the state hash.
+    pub lo: Vec<usize>,
+    pub state: Vec<u64>,
+    /// A slot whose state was restored wrongly computes garbage.
+    pub corrupt: Vec<bool>,
+    /// Checkpoints restored (partial state).
+    pub partial_restores: usize,
     batch: Vec<(TokenId, u32, usize, bool)>,
     rows: Vec<Vec<f32>>,
     pub kv: Vec<Vec<TokenId>>,
@@ -59,7 +86,47 @@ impl FakeBackend {
     pub fn new(slots: usize) -> Self {
         FakeBackend {
             kv: vec![Vec::new(); slots],
+            lo: vec![0; slots],
+            state: vec![0; slots],
+            corrupt: vec![false; slots],
             ..Default::default()
+        }
+    }
+
+    pub fn with_memory(slots: usize, memory: FakeMemory) -> Self {
+        FakeBackend {
+            memory,
+            ..FakeBackend::new(slots)
+        }
+    }
+
+    fn mix(state: u64, tok: TokenId) -> u64 {
+        (state ^ tok as u64)
+            .wrapping_mul(0x100_0000_01b3)
+            .rotate_left(7)
+    }
+
+    /// The token after `pos` in `slot`, from the state the kind reads.
+    fn next_in(&self, slot: usize, tok: TokenId, pos: u32) -> TokenId {
+        let garbage = |p: u32| 1 + ((p * 5 + 11) % (N_VOCAB as u32 - 1)) as TokenId;
+        if self.corrupt[slot] {
+            return garbage(pos);
+        }
+        match self.memory {
+            FakeMemory::Attention => self.next_token(tok, pos + 1),
+            FakeMemory::Window { n_swa, .. } => {
+                let p = pos as usize;
+                let from = (p + 1).saturating_sub(n_swa);
+                if from < self.lo[slot] {
+                    return garbage(pos);
+                }
+                let sum: u32 = self.kv[slot][from..=p].iter().map(|&t| t as u32).sum();
+                self.next_token((sum % N_VOCAB as u32) as TokenId, pos + 1)
+            }
+            FakeMemory::Recurrent => {
+                let h = (self.state[slot] % N_VOCAB as u64) as TokenId;
+                self.next_token(h, pos + 1)
+            }
         }
     }
 
@@ -111,17 +178,25 @@ impl Backend for FakeBackend {
         }
         self.step_sizes.push(self.batch.len());
         self.rows.clear();
-        for &(tok, pos, slot, want) in &self.batch {
+        let batch = std::mem::take(&mut self.batch);
+        for &(tok, pos, slot, want) in &batch {
             self.kv[slot].push(tok);
+            self.state[slot] = Self::mix(self.state[slot], tok);
             let mut l = vec![0.0f32; N_VOCAB];
             if want {
-                l[self.next_token(tok, pos + 1) as usize] = 1.0;
+                l[self.next_in(slot, tok, pos) as usize] = 1.0;
+            }
+            if let FakeMemory::Window { size, .. } = self.memory {
+                // The stream is full: the lowest position is overwritten.
+                let len = self.kv[slot].len();
+                self.lo[slot] = self.lo[slot].max(len.saturating_sub(size));
             }
             if self.nan_slot == Some(slot) {
                 l.fill(f32::NAN);
             }
             self.rows.push(l);
         }
+        self.batch = batch;
         Ok(())
     }
 
@@ -131,15 +206,105 @@ impl Backend for FakeBackend {
 
     fn clear_slot(&mut self, slot: usize) {
         self.kv[slot].clear();
+        self.lo[slot] = 0;
+        self.state[slot] = 0;
+        self.corrupt[slot] = false;
     }
 
-    fn truncate_slot(&mut self, slot: usize, from: u32) {
-        self.kv[slot].truncate(from as usize);
+    fn truncate_slot(&mut self, slot: usize, from: u32) -> bool {
+        let from = from as usize;
+        let len = self.kv[slot].len();
+        if from >= len {
+            return true;
+        }
+        if from == 0 {
+            self.clear_slot(slot);
+            return true;
+        }
+        match self.memory {
+            // llama.cpp refuses to cut a recurrent state short.
+            FakeMemory::Recurrent => return false,
+            FakeMemory::Window { .. } => {
+                if from <= self.lo[slot] {
+                    // Nothing of the window is left below the cut.
+                    self.lo[slot] = from;
+                }
+            }
+            FakeMemory::Attention => {}
+        }
+        self.kv[slot].truncate(from);
+        true
     }
 
     fn copy_slot(&mut self, src: usize, dst: usize) {
         self.kv[dst] = self.kv[src].clone();
+        self.lo[dst] = self.lo[src];
+        self.state[dst] = self.state[src];
+        self.corrupt[dst] = self.corrupt[src];
         self.copies += 1;
+    }
+    fn slot_pos_min(&self, slot: usize) -> Option<usize> {
+        let len = self.kv.get(slot).map_or(0, Vec::len);
+        match self.memory {
+            _ if len == 0 => None,
+            FakeMemory::Window { .. } if self.lo[slot] >= len => None,
+            FakeMemory::Window { .. } => Some(self.lo[slot]),
+            FakeMemory::Recurrent => Some(len - 1),
+            FakeMemory::Attention => Some(0),
+        }
+    }
+    fn save_partial(&self, slot: usize) -> Option<Vec<u8>> {
+        // (length, lowest position, state hash, then the window's tokens)
+        let kv = self.kv.get(slot)?;
+        if kv.is_empty() || self.memory == FakeMemory::Attention {
+            return None;
+        }
+        let lo = self.lo[slot].min(kv.len());
+        let mut out = Vec::new();
+        for v in [kv.len() as u64, lo as u64, self.state[slot]] {
+            out.extend(v.to_le_bytes());
+        }
+        for t in &kv[lo..] {
+            out.extend(t.to_le_bytes());
+        }
+        Some(out)
+    }
+    fn restore_partial(&mut self, slot: usize, data: &[u8], len: u32) -> bool {
+        let word = |i: usize| {
+            data.get(i * 8..i * 8 + 8)
+                .map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
+        };
+        let (Some(n), Some(lo), Some(state)) = (word(0), word(1), word(2)) else {
+            self.clear_slot(slot);
+            return false;
+        };
+        let (n, lo) = (n as usize, lo as usize);
+        if std::mem::take(&mut self.refuse_restore) || n != len as usize || self.kv[slot].len() < n
+        {
+            self.clear_slot(slot);
+            return false;
+        }
+        let window: Vec<TokenId> = data[24..]
+            .chunks_exact(4)
+            .map(|b| TokenId::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        // State restored into a slot whose tokens are not the ones it was
+        // taken over computes garbage from here on.
+        self.corrupt[slot] = self.kv[slot][lo..n] != window[..];
+        self.kv[slot].truncate(n);
+        self.lo[slot] = lo;
+        self.state[slot] = state;
+        self.partial_restores += 1;
+        true
+    }
+    fn slot_state_size(&self, slot: usize, partial: bool) -> usize {
+        let len = self.kv.get(slot).map_or(0, Vec::len);
+        match (partial, self.memory) {
+            (true, FakeMemory::Attention) => 0,
+            (true, FakeMemory::Window { .. }) => 24 + 4 * len.saturating_sub(self.lo[slot]),
+            (true, FakeMemory::Recurrent) => 24,
+            (false, _) => 4 * len,
+        }
     }
     fn slot_len(&self, slot: usize) -> usize {
         self.kv.get(slot).map_or(0, Vec::len)

@@ -45,6 +45,7 @@ impl<B: Backend> Owner<B> {
             .copied()
             .chain(plan.chunks.iter().map(|c| c.key))
             .collect();
+        let mut lost = Vec::new();
         for seq in self.seqs.iter_mut().filter(|s| keys.contains(&s.key)) {
             let chunk_start = plan
                 .chunks
@@ -53,9 +54,22 @@ impl<B: Backend> Owner<B> {
                 .map(|c| c.start);
             seq.undo_step(chunk_start, plan.decode.contains(&seq.key));
             let keep = seq.n_past();
-            self.rt.truncate_slot(seq.slot, keep);
+            if !self.rt.truncate_slot(seq.slot, keep) {
+                // A recurrent state cannot be cut back to before the step.
+                lost.push(seq.key);
+            }
             self.cells.truncate(seq.slot, keep as usize);
+            self.memory.truncate(seq.slot, keep as usize);
         }
+        if !lost.is_empty() {
+            tracing::error!(error = %e, sequences = lost.len(), "step failed and its recurrent state cannot be rewound; failing its sequences");
+            self.suspects.retain(|k| !lost.contains(k));
+            self.fail(&lost, e.to_string());
+            if lost.len() == keys.len() {
+                return;
+            }
+        }
+        let keys: Vec<u64> = keys.into_iter().filter(|k| !lost.contains(k)).collect();
         if keys.len() == 1 {
             tracing::error!(error = %e, "step of one sequence failed; failing it");
             self.suspects.retain(|k| *k != keys[0]);

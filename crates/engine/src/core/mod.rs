@@ -22,6 +22,7 @@ pub mod backend;
 #[cfg(test)]
 mod fake;
 mod faults;
+mod memstate;
 pub mod prefix;
 mod reap;
 mod rows;
@@ -39,7 +40,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, watch};
 
-use crate::model::{LoadError, LoadedModel, RuntimeParams, Vocab};
+use crate::model::{LoadError, LoadedModel, MemoryKind, RuntimeParams, Vocab};
 use crate::stats::EngineStats;
 use crate::stream::{Event, GenerationError};
 use crate::{Command, EngineConfig, GenerateRequest};
@@ -104,6 +105,7 @@ fn runtime_params(c: &EngineConfig) -> RuntimeParams {
         flash_attn: c.flash_attn,
         kv_q8: c.kv_q8,
         kv_unified: c.kv_unified,
+        swa_full: c.swa_full,
     }
 }
 
@@ -143,13 +145,31 @@ fn owner_main(args: OwnerArgs, ok: std::sync::mpsc::SyncSender<Result<(), LoadEr
         s.kv_cells_total = u64::from(parts.config.ctx_per_seq) * parts.config.max_seqs as u64;
         s.slots_total = parts.config.max_seqs;
     });
-    let state_model = if model.facts.recurrent {
-        StateModel::PerSequence
-    } else {
-        StateModel::PerToken
-    };
+    let kind = MemoryKind::of(&model.facts, parts.config.swa_full);
+    let sizes = memstate::measure(&mut rt, kind, &model.tokenize("Hello, world", true, false));
+    tracing::info!(
+        memory = kind.name(),
+        swa_window = model.facts.n_swa,
+        bytes_per_cell = sizes.per_cell,
+        window_bytes_per_cell = sizes.window_per_cell,
+        recurrent_bytes_per_slot = sizes.per_slot,
+        checkpoints = kind != MemoryKind::Attention && parts.config.checkpoint_bytes > 0,
+        "model memory"
+    );
+    parts.stats.send_modify(|s| {
+        s.memory_kind = kind.name();
+        s.swa_window = match kind {
+            MemoryKind::Window { n_swa } => n_swa,
+            _ => 0,
+        };
+        if sizes.per_cell > 0 {
+            s.kv_bytes_per_cell = sizes.per_cell;
+        }
+        s.window_bytes_per_cell = sizes.window_per_cell;
+        s.recurrent_bytes_per_slot = sizes.per_slot;
+    });
     let ctx_limit = parts.config.ctx_per_seq.min(model.facts.n_ctx_train.max(1));
-    let owner = Owner::new(rt, model.vocab.clone(), state_model, ctx_limit, parts);
+    let owner = Owner::new(rt, model.vocab.clone(), kind, ctx_limit, parts);
     faults::run(owner);
 }
 
@@ -260,6 +280,9 @@ pub(crate) struct Owner<B: Backend> {
     /// What every slot's KV cells hold, shared cells once (`core/trie.rs`):
     /// the ledger's `held` and the evictions' order come from it.
     cells: trie::CellTrie,
+    /// What slots hold beyond their cells' tokens, per layer kind (the
+    /// sliding window's lowest position, checkpoints): `core/memstate.rs`.
+    memory: memstate::SlotMemory,
     /// Rows one step may carry (the runtime's `n_batch`).
     n_batch: usize,
     /// Sequences of a failed step, to run alone until the cause is found
@@ -271,11 +294,20 @@ impl<B: Backend> Owner<B> {
     pub(crate) fn new(
         rt: B,
         vocab: Arc<Vocab>,
-        state_model: StateModel,
+        kind: MemoryKind,
         ctx_limit: u32,
         args: OwnerParts,
     ) -> Self {
         let c = args.config;
+        // Attention KV grows per token (hybrids too); a pure recurrent
+        // state is one per sequence.
+        let state_model = match kind {
+            MemoryKind::Recurrent { hybrid: false } => StateModel::PerSequence,
+            _ => StateModel::PerToken,
+        };
+        let mut cache = PrefixCache::new(c.prefix_cache, c.prefix_copy_min, c.kv_unified);
+        cache.exact = kind == MemoryKind::Attention;
+        cache.copies = !matches!(kind, MemoryKind::Recurrent { .. });
         let state_base = rt.state_bytes();
         Owner {
             rt,
@@ -307,20 +339,19 @@ impl<B: Backend> Owner<B> {
             last_done: None,
             state_base,
             state_sampled: None,
-            // Recurrent state cannot be truncated to a prefix: no cache.
+            // The host tier saves and cuts whole states: full attention
+            // only (a sliding window or a recurrent state may not hold the
+            // cut's point; those models have checkpoints instead).
             host: spill::HostTier::new(
-                if c.prefix_cache && state_model == StateModel::PerToken {
+                if c.prefix_cache && kind == MemoryKind::Attention {
                     c.prefix_host_bytes
                 } else {
                     0
                 },
                 c.prefix_host_min,
             ),
-            cache: PrefixCache::new(
-                c.prefix_cache && state_model == StateModel::PerToken,
-                c.prefix_copy_min,
-                c.kv_unified,
-            ),
+            cache,
+            memory: memstate::SlotMemory::new(kind, c.max_seqs, c.checkpoint_bytes),
             prefix_key: args.prefix_key,
             pinned: Vec::new(),
             cells: trie::CellTrie::new(c.kv_unified),
@@ -507,6 +538,8 @@ impl<B: Backend> Owner<B> {
             // In a unified pool a padded tail would cut into cells shared
             // with other slots and recompute private copies of them.
             v.can_pad &= !(self.cache.share && s.reused > 0);
+            // A window or a recurrent state may not hold the earlier point.
+            v.can_pad &= self.memory.kind == MemoryKind::Attention;
         }
         let mut plan = scheduler::plan(&views, &self.limits);
         scheduler::pad_tails(&mut plan, &views);
@@ -605,6 +638,7 @@ impl<B: Backend> Owner<B> {
         let wait_ms = done.saturating_duration_since(t_wait).as_secs_f64() * 1e3;
         let runtime_ms = submit_ms + wait_ms;
         let t_out = Instant::now();
+        self.mirror_memory(&plan);
         for &(si, ci, first) in &scored {
             self.seqs[si].score_chunk(&self.rt, &plan.chunks[ci], first);
         }
@@ -702,7 +736,8 @@ impl<B: Backend> Owner<B> {
         // the prefix cache keeps them. A failed step's cells are not.
         let sound = !matches!(outcome, Some(Outcome::Failed(_)));
         let kept = if sound && self.cache.enabled {
-            seq.kv_len()
+            // (Cleared instead where the memory cannot be cut there.)
+            self.kv_truncate(seq.slot, seq.kv_len())
         } else {
             0
         };
@@ -710,7 +745,6 @@ impl<B: Backend> Owner<B> {
             self.kv_clear(seq.slot);
             self.free_slots.push(seq.slot);
         } else {
-            self.kv_truncate(seq.slot, kept);
             self.cache.insert(prefix::Entry {
                 slot: seq.slot,
                 key: self.prefix_key,
@@ -772,6 +806,7 @@ impl<B: Backend> Owner<B> {
         let outboxes = self.seqs.len() + self.draining.len() + self.waiting.len();
         let (cached_cells, cached_entries) = (self.ledger.cached(), self.cache.len());
         let (host_bytes, host_entries) = (self.host.bytes(), self.host.len());
+        let (checkpoints, checkpoint_bytes) = (self.memory.count(), self.memory.bytes());
         let physical = match (self.state_base, self.state_sampled) {
             // Every second while busy (it walks every cell: ~1-4 ms at 64 slots of 512), and always once idle (the loop then
             // blocks until the next command).
@@ -805,6 +840,7 @@ impl<B: Backend> Owner<B> {
                 s.live_outboxes,
                 s.kv_cells_cached,
                 s.prefix_host_bytes,
+                s.checkpoint_bytes,
             );
             s.running = running;
             s.prefilling = prefilling;
@@ -819,6 +855,8 @@ impl<B: Backend> Owner<B> {
             s.prefix_entries = cached_entries;
             s.prefix_host_bytes = host_bytes;
             s.prefix_host_entries = host_entries;
+            s.checkpoints = checkpoints;
+            s.checkpoint_bytes = checkpoint_bytes;
             if let Some(p) = physical {
                 s.kv_bytes_physical = p;
             }
@@ -845,6 +883,7 @@ impl<B: Backend> Owner<B> {
                         outboxes,
                         cached_cells,
                         host_bytes,
+                        checkpoint_bytes,
                     )
         });
     }

@@ -72,6 +72,12 @@ pub(super) struct PrefixCache {
     pub copy_min: usize,
     /// Copies share cells (unified KV pool): zero-copy.
     pub share: bool,
+    /// Copies are made at all (not for a recurrent state, which a copy
+    /// cannot cut short).
+    pub copies: bool,
+    /// Whether cells are reusable wherever the cell map says they are
+    /// (full attention); otherwise `lookup`'s `reach` says how far.
+    pub exact: bool,
 }
 
 /// Length of the common prefix of two token sequences.
@@ -86,6 +92,8 @@ impl PrefixCache {
             enabled,
             copy_min: copy_min.max(1),
             share,
+            copies: true,
+            exact: true,
         }
     }
 
@@ -118,6 +126,11 @@ impl PrefixCache {
     /// go). Otherwise a long shared prefix is copied out of the entry (which
     /// stays), and a short one (a chat template's first tokens) is
     /// recomputed in a free slot.
+    ///
+    /// `reach(slot, m, takeover)`: how many of the first `m` tokens a slot
+    /// holds a request can start from (`core/memstate.rs`: a sliding window
+    /// or a recurrent state may not hold an earlier point; a takeover may
+    /// rewind to a checkpoint, a copy may not).
     pub fn lookup(
         &self,
         key: PrefixKey,
@@ -125,6 +138,7 @@ impl PrefixCache {
         cells: &CellTrie,
         fragments: impl Fn(usize) -> bool,
         free_slot: bool,
+        reach: impl Fn(usize, usize, bool) -> usize,
     ) -> Option<Reuse> {
         if !self.enabled || prompt.len() < 2 {
             return None;
@@ -142,7 +156,7 @@ impl PrefixCache {
             .filter(|e| e.key == key)
             .map(|e| {
                 (
-                    cells.common_prefix(e.slot, prompt).min(cap),
+                    reach(e.slot, cells.common_prefix(e.slot, prompt).min(cap), true),
                     e.slot,
                     cells.len(e.slot),
                 )
@@ -165,10 +179,18 @@ impl PrefixCache {
                 })
                 .map(|&(len, s, _)| (len, s)),
         );
-        let copy = cells
-            .longest(key, prompt)
-            .map(|(len, s)| (len.min(cap), s))
-            .filter(|&(len, _)| len >= copy_min);
+        let copy = if !self.copies {
+            None
+        } else if self.exact {
+            cells.longest(key, prompt).map(|(len, s)| (len.min(cap), s))
+        } else {
+            longest(
+                &mut cells
+                    .slots(key)
+                    .map(|s| (reach(s, cells.common_prefix(s, prompt).min(cap), false), s)),
+            )
+        }
+        .filter(|&(len, _)| len >= copy_min);
         match (takeover, copy) {
             (Some((len, _)), Some((clen, src))) if clen > len + copy_min => Some(Reuse::Copy {
                 src_slot: src,
@@ -237,17 +259,24 @@ pub(super) mod tests {
     fn longest_match_wins_and_the_last_prompt_token_is_always_computed() {
         let (c, t) = cache_with(&[(3, 1, &[1, 2, 3]), (5, 1, &[1, 2, 3, 4, 5, 6])]);
         assert_eq!(
-            c.lookup(key(1), &[1, 2, 3, 4, 9], &t, |_| false, true),
+            c.lookup(key(1), &[1, 2, 3, 4, 9], &t, |_| false, true, |_, m, _| m),
             Some(Reuse::Takeover { slot: 5, len: 4 })
         );
         // The whole prompt is cached: all but its last token are reused
         // (both entries give 3; the lower slot wins the tie).
         assert_eq!(
-            c.lookup(key(1), &[1, 2, 3, 4], &t, |_| false, true),
+            c.lookup(key(1), &[1, 2, 3, 4], &t, |_| false, true, |_, m, _| m),
             Some(Reuse::Takeover { slot: 3, len: 3 })
         );
         assert_eq!(
-            c.lookup(key(1), &[1, 2, 3, 4, 5, 6, 7], &t, |_| false, true),
+            c.lookup(
+                key(1),
+                &[1, 2, 3, 4, 5, 6, 7],
+                &t,
+                |_| false,
+                true,
+                |_, m, _| m
+            ),
             Some(Reuse::Takeover { slot: 5, len: 6 })
         );
     }
@@ -256,12 +285,26 @@ pub(super) mod tests {
     fn other_identity_or_other_preceding_context_never_matches() {
         let (c, t) = cache_with(&[(0, 1, &[1, 2, 3, 4, 5])]);
         assert_eq!(
-            c.lookup(key(2), &[1, 2, 3, 4, 5, 6], &t, |_| false, true),
+            c.lookup(
+                key(2),
+                &[1, 2, 3, 4, 5, 6],
+                &t,
+                |_| false,
+                true,
+                |_, m, _| m
+            ),
             None
         );
         // Same suffix under a different first token: no match.
         assert_eq!(
-            c.lookup(key(1), &[9, 2, 3, 4, 5, 6], &t, |_| false, true),
+            c.lookup(
+                key(1),
+                &[9, 2, 3, 4, 5, 6],
+                &t,
+                |_| false,
+                true,
+                |_, m, _| m
+            ),
             None
         );
     }
@@ -270,7 +313,7 @@ pub(super) mod tests {
     fn ties_prefer_the_lowest_slot_and_lru_is_the_oldest() {
         let (c, t) = cache_with(&[(7, 1, &[1, 2, 8]), (2, 1, &[1, 2, 9])]);
         assert_eq!(
-            c.lookup(key(1), &[1, 2, 5], &t, |_| false, true),
+            c.lookup(key(1), &[1, 2, 5], &t, |_| false, true, |_, m, _| m),
             Some(Reuse::Takeover { slot: 2, len: 2 })
         );
         assert_eq!(c.lru_slot(&[]), Some(7));
@@ -285,7 +328,7 @@ pub(super) mod tests {
         prompt.push(99);
         t.extend(4, key(1), &long, 0); // a running sequence
         assert_eq!(
-            c.lookup(key(1), &prompt, &t, |_| false, true),
+            c.lookup(key(1), &prompt, &t, |_| false, true, |_, m, _| m),
             Some(Reuse::Copy {
                 src_slot: 4,
                 len: 39
@@ -294,7 +337,7 @@ pub(super) mod tests {
         // Shorter than copy_min: only the cached takeover.
         t.truncate(4, 5);
         assert_eq!(
-            c.lookup(key(1), &prompt, &t, |_| false, true),
+            c.lookup(key(1), &prompt, &t, |_| false, true, |_, m, _| m),
             Some(Reuse::Takeover { slot: 0, len: 2 })
         );
     }
@@ -307,14 +350,17 @@ pub(super) mod tests {
         prompt.push(99);
         // Slot 9 would split the busy slots: copy it (long prefix)...
         assert_eq!(
-            c.lookup(key(1), &prompt, &t, |s| s == 9, true),
+            c.lookup(key(1), &prompt, &t, |s| s == 9, true, |_, m, _| m),
             Some(Reuse::Copy {
                 src_slot: 9,
                 len: 39
             })
         );
         // ...or, for a short one, reuse nothing.
-        assert_eq!(c.lookup(key(1), &[1, 2, 3, 7], &t, |s| s == 9, true), None);
+        assert_eq!(
+            c.lookup(key(1), &[1, 2, 3, 7], &t, |s| s == 9, true, |_, m, _| m),
+            None
+        );
     }
 
     #[test]
@@ -325,25 +371,32 @@ pub(super) mod tests {
         // Only the first 3 tokens match: taking the slot over would destroy
         // 56 cached tokens to reuse 3. With a free slot: recompute.
         assert_eq!(
-            c.lookup(key(1), &[1, 2, 3, 99, 98], &t, |_| false, true),
+            c.lookup(key(1), &[1, 2, 3, 99, 98], &t, |_| false, true, |_, m, _| m),
             None
         );
         // No free slot: the entry goes anyway, so reuse what matches.
         assert_eq!(
-            c.lookup(key(1), &[1, 2, 3, 99, 98], &t, |_| false, false),
+            c.lookup(
+                key(1),
+                &[1, 2, 3, 99, 98],
+                &t,
+                |_| false,
+                false,
+                |_, m, _| m
+            ),
             Some(Reuse::Takeover { slot: 0, len: 3 })
         );
         // The LRU entry is the next to go anyway: reuse what matches.
         let (lru, lt) = cache_with(&[(0, 1, &long), (5, 1, &[7, 7])]);
         assert_eq!(
-            lru.lookup(key(1), &[1, 2, 3, 9], &lt, |_| false, true),
+            lru.lookup(key(1), &[1, 2, 3, 9], &lt, |_| false, true, |_, m, _| m),
             Some(Reuse::Takeover { slot: 0, len: 3 })
         );
         // A long shared prefix that is not most of the entry: copied out.
         let mut p: Vec<TokenId> = (1..20).collect();
         p.push(99);
         assert_eq!(
-            c.lookup(key(1), &p, &t, |_| false, true),
+            c.lookup(key(1), &p, &t, |_| false, true, |_, m, _| m),
             Some(Reuse::Copy {
                 src_slot: 0,
                 len: 19
@@ -359,7 +412,7 @@ pub(super) mod tests {
         let p = [1, 2, 3, 99];
         // Zero-copy: even a short prefix is shared, and the entry is kept.
         assert_eq!(
-            c.lookup(key(1), &p, &t, |_| false, true),
+            c.lookup(key(1), &p, &t, |_| false, true, |_, m, _| m),
             Some(Reuse::Copy {
                 src_slot: 0,
                 len: 3
@@ -367,7 +420,7 @@ pub(super) mod tests {
         );
         // No free slot: the entry is taken over.
         assert_eq!(
-            c.lookup(key(1), &p, &t, |_| false, false),
+            c.lookup(key(1), &p, &t, |_| false, false, |_, m, _| m),
             Some(Reuse::Takeover { slot: 0, len: 3 })
         );
     }
@@ -376,7 +429,10 @@ pub(super) mod tests {
     fn disabled_cache_finds_nothing() {
         let (mut c, t) = cache_with(&[(0, 1, &[1, 2, 3])]);
         c.enabled = false;
-        assert_eq!(c.lookup(key(1), &[1, 2, 3, 4], &t, |_| false, true), None);
+        assert_eq!(
+            c.lookup(key(1), &[1, 2, 3, 4], &t, |_| false, true, |_, m, _| m),
+            None
+        );
         assert_eq!(c.take(0).map(|e| e.slot), Some(0));
         assert_eq!(c.len(), 0);
     }

@@ -13,22 +13,119 @@ use crate::model::TokenId;
 
 impl<B: Backend> Owner<B> {
     /// `slot` keeps its first `len` cells.
-    pub(super) fn kv_truncate(&mut self, slot: usize, len: usize) {
-        self.rt.truncate_slot(slot, len as u32);
+    /// Keep a slot's first `len` cells. A memory that cannot be cut there
+    /// (recurrent state) is cleared instead; returns the cells kept.
+    pub(super) fn kv_truncate(&mut self, slot: usize, len: usize) -> usize {
+        if len >= self.cells.len(slot) {
+            return self.cells.len(slot);
+        }
+        if len == 0 || !self.rt.truncate_slot(slot, len as u32) {
+            self.kv_clear(slot);
+            return 0;
+        }
         self.cells.truncate(slot, len);
+        self.memory.truncate(slot, len);
+        self.sync_lo(slot);
+        len
     }
 
     pub(super) fn kv_clear(&mut self, slot: usize) {
         self.rt.clear_slot(slot);
         self.cells.clear(slot);
+        self.memory.clear(slot);
     }
 
     /// The empty slot `dst` gets the first `len` cells of `src` (llama.cpp
     /// shares them in a unified pool, copies them between per-slot streams).
+    /// Never for a memory that cannot be rewound (the cache makes no such
+    /// copies).
     pub(super) fn kv_copy(&mut self, src: usize, dst: usize, len: usize) {
+        debug_assert!(self.memory.rewinds());
         self.rt.copy_slot(src, dst);
         self.rt.truncate_slot(dst, len as u32);
         self.cells.copy(src, dst, len, self.next_key);
+        self.sync_lo(dst);
+    }
+
+    /// Read back the lowest position a slot's layers still hold (a
+    /// sliding-window cache overwrites old cells as the slot grows).
+    pub(super) fn sync_lo(&mut self, slot: usize) {
+        if matches!(self.memory.kind, crate::model::MemoryKind::Window { .. }) {
+            let min = self.rt.slot_pos_min(slot);
+            self.memory.set_lo(slot, min, self.cells.len(slot));
+        }
+    }
+
+    /// Make `slot` (a cache entry holding more cells) hold its first `len`
+    /// cells, reusable: cut directly, or rewound to the checkpoint it took
+    /// at `len`. Returns the cells a request can start from (0 when the
+    /// runtime refused the checkpoint: the slot is then empty).
+    pub(super) fn rewind(&mut self, slot: usize, len: usize) -> usize {
+        let have = self.cells.len(slot);
+        if self.memory.direct(slot, have, len) >= len {
+            return self.kv_truncate(slot, len);
+        }
+        let tick = self.next_key;
+        let restored = match self.memory.checkpoint(slot, len, tick) {
+            Some(data) => self.rt.restore_partial(slot, data, len as u32),
+            None => false,
+        };
+        if !restored {
+            self.kv_clear(slot);
+            return 0;
+        }
+        self.cells.truncate(slot, len);
+        self.memory.truncate(slot, len);
+        self.sync_lo(slot);
+        self.stats.send_modify(|s| s.checkpoint_restores += 1);
+        len
+    }
+
+    /// After a step: the slots it touched, as the runtime now holds them
+    /// (the window's lowest position), and a checkpoint for each prompt it
+    /// completed.
+    pub(super) fn mirror_memory(&mut self, plan: &super::scheduler::Plan) {
+        if self.memory.kind == crate::model::MemoryKind::Attention {
+            return;
+        }
+        let mut touched: Vec<(usize, bool)> = Vec::new();
+        for s in &self.seqs {
+            if plan.decode.contains(&s.key) {
+                touched.push((s.slot, false));
+            } else if let Some(c) = plan.chunks.iter().find(|c| c.key == s.key) {
+                touched.push((s.slot, c.completes(s.prompt.len())));
+            }
+        }
+        for (slot, completed) in touched {
+            self.sync_lo(slot);
+            if completed && self.cache.enabled {
+                self.take_checkpoint(slot);
+            }
+        }
+        let cells = &self.cells;
+        let held = self.memory.window_cells(|s| cells.len(s));
+        self.stats.send_modify(|s| s.window_cells_held = held);
+    }
+
+    /// A prompt was just computed in `slot`: keep a checkpoint of the state
+    /// that cannot be rewound, for a later request that shares the prompt
+    /// but not what this one generates after it.
+    pub(super) fn take_checkpoint(&mut self, slot: usize) {
+        let len = self.cells.len(slot);
+        if len < self.config.checkpoint_min_tokens
+            || !self.memory.wants(self.rt.slot_state_size(slot, true))
+        {
+            return;
+        }
+        if let Some(data) = self.rt.save_partial(slot) {
+            self.memory.add(slot, len, data, self.next_key);
+            let (n, b) = (self.memory.count(), self.memory.bytes());
+            self.stats.send_modify(|s| {
+                s.checkpoints_taken += 1;
+                s.checkpoints = n;
+                s.checkpoint_bytes = b;
+            });
+        }
     }
 
     /// The ledger's `held` and `cached`, from the cell map.
@@ -88,11 +185,29 @@ impl<B: Backend> Owner<B> {
         for &f in &self.free_slots {
             assert_eq!(self.cells.len(f), 0, "free slot {f}");
         }
+        // Every slot's window, as the runtime holds it.
+        if matches!(self.memory.kind, crate::model::MemoryKind::Window { .. }) {
+            for slot in 0..self.config.max_seqs {
+                let len = self.cells.len(slot);
+                assert_eq!(self.rt.slot_len(slot), len, "slot {slot} length");
+                if len > 0 {
+                    let lo = self.rt.slot_pos_min(slot).unwrap_or(len);
+                    assert_eq!(
+                        self.memory.lo(slot),
+                        lo,
+                        "slot {slot}: lowest position held"
+                    );
+                }
+            }
+        }
     }
 
     /// Some admitted sequence is still prefilling a prefix of `prompt` of at
     /// least `--prefix-copy-min` tokens.
     pub(super) fn sharing_pending(&self, prompt: &[TokenId]) -> bool {
+        if !self.cache.copies {
+            return false;
+        }
         let cap = prompt.len().saturating_sub(1);
         self.seqs.iter().any(|s| {
             let shared = prefix::common_prefix(&s.prompt, prompt).min(cap);
@@ -150,6 +265,8 @@ impl<B: Backend> Owner<B> {
         // The restored cells must cover the prefix.
         let ok = self.rt.restore_slot(slot, &e.data) && self.rt.slot_len(slot) >= len;
         if ok {
+            // The host tier holds only full-attention state (it is off for
+            // other memory kinds), which any cut keeps reusable.
             self.rt.truncate_slot(slot, len as u32);
             self.cells
                 .extend(slot, e.key, &e.tokens[..len], self.next_key);

@@ -82,6 +82,14 @@ impl CellTrie {
         self.cells
     }
 
+    /// Slots holding cells under `key`.
+    pub fn slots(&self, key: PrefixKey) -> impl Iterator<Item = usize> + '_ {
+        self.paths
+            .iter()
+            .filter(move |(_, p)| p.key == key && p.len > 0)
+            .map(|(&s, _)| s)
+    }
+
     /// Cells in a slot's path (0 when it holds none).
     pub fn len(&self, slot: usize) -> usize {
         self.paths.get(&slot).map_or(0, |p| p.len)

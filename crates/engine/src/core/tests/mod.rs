@@ -8,8 +8,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, watch};
 
-use super::admission::StateModel;
-use super::fake::{self, FakeBackend};
+use super::fake::{self, FakeBackend, FakeMemory};
 use super::*;
 use crate::model::TokenId;
 use crate::stream::{Event, FinishReason, GenerationError};
@@ -65,6 +64,11 @@ fn request(
     }
 }
 fn harness(c: EngineConfig) -> Harness {
+    harness_kind(c, FakeMemory::Attention)
+}
+
+/// A harness over a fake backend that models a memory kind.
+fn harness_kind(c: EngineConfig, memory: FakeMemory) -> Harness {
     let (tx, rx) = mpsc::channel(c.max_waiting);
     let (stats_tx, stats) = watch::channel(EngineStats::default());
     let queued = Arc::new(AtomicUsize::new(0));
@@ -79,13 +83,15 @@ fn harness(c: EngineConfig) -> Harness {
             ..Default::default()
         },
     };
-    let owner = Owner::new(
-        FakeBackend::new(slots),
-        fake::vocab(),
-        StateModel::PerToken,
-        512,
-        args,
-    );
+    let kind = match memory {
+        FakeMemory::Attention => MemoryKind::Attention,
+        FakeMemory::Window { n_swa, .. } => MemoryKind::Window {
+            n_swa: n_swa as u32,
+        },
+        FakeMemory::Recurrent => MemoryKind::Recurrent { hybrid: false },
+    };
+    let rt = FakeBackend::with_memory(slots, memory);
+    let owner = Owner::new(rt, fake::vocab(), kind, 512, args);
     Harness {
         owner,
         tx,
@@ -696,3 +702,4 @@ fn aligned_chunks_match_unaligned_output() {
         "cut prompts finish a step later"
     );
 }
+mod memory;

@@ -14,7 +14,7 @@ impl Harness {
     /// Idle with the prefix cache on: nothing live, every slot free or
     /// cached, a cached slot's cells are exactly its entry's tokens, free
     /// slots hold nothing, and the ledger counts the cached cells.
-    fn assert_idle_cached(&self) {
+    pub(super) fn assert_idle_cached(&self) {
         let st = self.stats.borrow().clone();
         assert_eq!(st.live_outboxes, 0, "outboxes");
         let l = &self.owner.ledger;
