@@ -126,6 +126,11 @@ pub struct Ledger {
     pub cached_prefixes: u64,
     /// The prefix cache's host tier: saved KV state of evicted entries.
     pub host_prefixes: u64,
+    /// State beside the per-token cells: sliding-window cells held (every
+    /// slot's `lo..len`) and recurrent state of the slots holding one.
+    pub window_state: u64,
+    /// Checkpoints of state that cannot be rewound (host memory).
+    pub checkpoints: u64,
     pub compute_buffers: u64,
     pub other: u64,
     pub rss: u64,
@@ -143,7 +148,11 @@ impl Ledger {
         let cached_prefixes = s.kv_cells_cached * bpc;
         let kv_free = kv_pool.saturating_sub(live_state + reserved_growth + cached_prefixes);
         let host_prefixes = s.prefix_host_bytes;
-        let known = weights + kv_pool + s.compute_bytes + host_prefixes;
+        let window_state = s.window_cells_held * s.window_bytes_per_cell
+            + s.recurrent_slots_held * s.recurrent_bytes_per_slot;
+        let checkpoints = s.checkpoint_bytes;
+        let known =
+            weights + kv_pool + window_state + s.compute_bytes + host_prefixes + checkpoints;
         Ledger {
             budget,
             weights,
@@ -153,6 +162,8 @@ impl Ledger {
             kv_free,
             cached_prefixes,
             host_prefixes,
+            window_state,
+            checkpoints,
             compute_buffers: s.compute_bytes,
             other: rss.saturating_sub(known),
             rss: rss.max(known),
@@ -170,6 +181,8 @@ impl Ledger {
             + self.kv_free
             + self.cached_prefixes
             + self.host_prefixes
+            + self.window_state
+            + self.checkpoints
             + self.compute_buffers
             + self.other
     }

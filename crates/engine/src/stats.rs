@@ -166,6 +166,8 @@ pub struct EngineStats {
     pub recurrent_bytes_per_slot: u64,
     /// Sliding-window cells held over all slots now (each slot's `lo..len`).
     pub window_cells_held: u64,
+    /// Slots holding a recurrent state now.
+    pub recurrent_slots_held: u64,
     /// Checkpoints of state that cannot be rewound: taken, restored into a
     /// slot (a prefix reused through one), held now and their bytes.
     pub checkpoints_taken: u64,

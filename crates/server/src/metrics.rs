@@ -611,6 +611,8 @@ pub fn render_ledger(o: &mut String, l: &steward_engine::memory::Ledger) {
         ("kv_pool", Some(l.kv_pool)),
         ("cached_prefixes", Some(l.cached_prefixes)),
         ("host_prefixes", Some(l.host_prefixes)),
+        ("window_state", Some(l.window_state)),
+        ("checkpoints", Some(l.checkpoints)),
         ("compute_buffers", Some(l.compute_buffers)),
         ("other", Some(l.other)),
         ("rss", Some(l.rss)),

@@ -546,6 +546,7 @@ impl<B: Backend> Owner<B> {
         scheduler::align_chunks(&mut plan, &views, self.config.chunk_align);
         scheduler::fit(&mut plan, &views, self.n_batch);
         let isolated = self.isolate(&mut plan);
+        self.stop_before_last(&mut plan);
         if plan.is_empty() {
             return;
         }

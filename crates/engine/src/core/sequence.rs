@@ -148,6 +148,11 @@ impl Sequence {
         }
     }
 
+    /// No prompt scoring (it would want every prompt row in its chunks).
+    pub fn prompt_logprobs_off(&self) -> bool {
+        self.prompt_lp.is_none()
+    }
+
     /// Undelivered tokens reached the lag bound: decoding pauses.
     pub fn lagging(&self) -> bool {
         self.unsent_tokens >= self.max_lag

@@ -93,7 +93,7 @@ impl<B: Backend> Owner<B> {
             if plan.decode.contains(&s.key) {
                 touched.push((s.slot, false));
             } else if let Some(c) = plan.chunks.iter().find(|c| c.key == s.key) {
-                touched.push((s.slot, c.completes(s.prompt.len())));
+                touched.push((s.slot, c.start + c.len + 1 == s.prompt.len()));
             }
         }
         for (slot, completed) in touched {
@@ -104,10 +104,39 @@ impl<B: Backend> Owner<B> {
         }
         let cells = &self.cells;
         let held = self.memory.window_cells(|s| cells.len(s));
-        self.stats.send_modify(|s| s.window_cells_held = held);
+        let recurrent = match self.memory.kind {
+            crate::model::MemoryKind::Recurrent { .. } => (0..self.config.max_seqs)
+                .filter(|&s| cells.len(s) > 0)
+                .count() as u64,
+            _ => 0,
+        };
+        self.stats.send_modify(|s| {
+            s.window_cells_held = held;
+            s.recurrent_slots_held = recurrent;
+        });
     }
 
-    /// A prompt was just computed in `slot`: keep a checkpoint of the state
+    /// With checkpoints, a long prompt's chunk stops one token short of its
+    /// end: the checkpoint is taken there, where a repeat of the prompt
+    /// (which recomputes at least its last token) can start from it; the
+    /// last token rides in the next step.
+    pub(super) fn stop_before_last(&mut self, plan: &mut super::scheduler::Plan) {
+        if self.memory.budget == 0 || !self.cache.enabled {
+            return;
+        }
+        let min = self.config.checkpoint_min_tokens.max(2);
+        for c in &mut plan.chunks {
+            let Some(s) = self.seqs.iter().find(|s| s.key == c.key) else {
+                continue;
+            };
+            let p = s.prompt.len();
+            if p >= min && c.completes(p) && c.len > 1 && s.prompt_logprobs_off() {
+                c.len -= 1;
+            }
+        }
+    }
+
+    /// A prompt but its last token was just computed in `slot`: keep a checkpoint of the state
     /// that cannot be rewound, for a later request that shares the prompt
     /// but not what this one generates after it.
     pub(super) fn take_checkpoint(&mut self, slot: usize) {

@@ -1,0 +1,281 @@
+//! Models whose memory cannot be cut anywhere, through the real runtime:
+//! Gemma 3 270M (a real sliding-window model: window 512, llama.cpp's SWA
+//! cache of window + ubatch cells per slot) and random-weight GGUFs of a
+//! small-window Gemma 3, Mamba-2, RWKV-7 (recurrent), LFM2 and
+//! Granite-4.0-H (hybrid) from `scripts/gen-random-gguf.py arch`
+//! (`scripts/test.sh` writes them to `target/arch-ggufs/`). With the prefix
+//! cache on, greedy output equals the cache-off output for requests that
+//! repeat, extend, branch, follow a decode that ran past the window, and
+//! follow a request cancelled mid-decode; the ledger counts what llama.cpp
+//! holds, per layer kind.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use steward_engine::{
+    Engine, EngineConfig, EngineHandle, EngineStats, Event, GenerateRequest, SamplingParams,
+    TokenId,
+};
+
+fn gemma() -> PathBuf {
+    steward_engine::fetch::ensure_known_model("gemma3-270m").expect("Gemma 3 270M")
+}
+
+fn arch(name: &str) -> PathBuf {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../target/arch-ggufs")
+        .join(format!("{name}.gguf"));
+    assert!(
+        p.exists(),
+        "{} missing: scripts/gen-random-gguf.py arch --arch {name} --out {} (scripts/test.sh does this)",
+        p.display(),
+        p.display()
+    );
+    p
+}
+
+async fn engine(path: PathBuf, prefix_cache: bool, ctx: u32) -> EngineHandle {
+    let mut c = EngineConfig::new(path);
+    c.max_seqs = 2;
+    c.ctx_per_seq = ctx;
+    c.prompt_budget = 512;
+    c.prefix_cache = prefix_cache;
+    c.checkpoint_min_tokens = 16;
+    c.progress = false;
+    let h = Engine::start(c).expect("engine starts");
+    assert!(h.wait_ready().await);
+    h
+}
+
+fn request(prompt: Vec<TokenId>, max_tokens: u32) -> GenerateRequest {
+    GenerateRequest {
+        id: "w".into(),
+        prompt,
+        max_tokens,
+        sampling: SamplingParams {
+            temperature: 0.0,
+            ..Default::default()
+        },
+        stop: vec![],
+        ignore_eos: true,
+        logprobs: None,
+        prompt_logprobs: false,
+        arrival: Instant::now(),
+        tokenized: Instant::now(),
+        deadline: None,
+        constraint: None,
+        markers: None,
+    }
+}
+
+async fn run(h: &EngineHandle, prompt: &[TokenId], n: u32) -> (Vec<TokenId>, u32) {
+    let (_, f) = h
+        .submit(request(prompt.to_vec(), n))
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    (f.output_tokens, f.cached_tokens)
+}
+
+/// A request dropped after its first tokens (the engine cancels it).
+async fn cancelled(h: &EngineHandle, prompt: &[TokenId]) {
+    let mut s = h.submit(request(prompt.to_vec(), 64)).unwrap();
+    let mut seen = 0;
+    while let Some(e) = s.next().await {
+        if matches!(e, Event::Text { .. }) {
+            seen += 1;
+            if seen >= 3 {
+                break;
+            }
+        }
+    }
+}
+
+fn log_text(lines: usize) -> String {
+    (0..lines)
+        .map(|i| {
+            format!(
+                "Entry {i}: the tide at pier {} rose {} centimetres before the lamp was lit.\n",
+                i % 7,
+                10 + i % 13
+            )
+        })
+        .collect()
+}
+
+/// One step of a scenario: a prompt (built from earlier outputs) and how
+/// many tokens to generate; `long` steps run past the window and are not
+/// compared themselves (a long greedy run may part at a near-tie, the
+/// state having been computed in other batch shapes), only what follows.
+struct Step {
+    prompt: Vec<TokenId>,
+    n: u32,
+    compare: bool,
+    cancel_first: bool,
+}
+
+/// Repeat, next turn, branch of the last line, a decode past the window
+/// then a repeat, an extension and a shorter prefix, a cancel then the
+/// same prompt and its extension.
+fn scenario(base: &[TokenId], branch: &[TokenId], short: u32, long: u32) -> Vec<Step> {
+    let s = |prompt: &[TokenId], n, compare, cancel_first| Step {
+        prompt: prompt.to_vec(),
+        n,
+        compare,
+        cancel_first,
+    };
+    let tail: Vec<TokenId> = base[base.len() / 2..base.len() / 2 + 8].to_vec();
+    let ext = [base, &tail].concat();
+    vec![
+        s(base, short, true, false),
+        s(base, short, true, false),
+        s(&ext, short, true, false),
+        s(branch, short, true, false),
+        s(base, long, false, false),
+        s(base, short, true, false),
+        s(&ext, short, true, false),
+        s(&base[..base.len() * 3 / 4], short, true, false),
+        s(&ext, short, true, true),
+        s(&[&ext[..], &tail].concat(), short, true, false),
+    ]
+}
+
+/// Runs the scenario (with each step's prompt followed by the previous
+/// step's output when `turns`) cache off, then on; returns the prompt
+/// tokens the cache-on run reused.
+async fn on_equals_off(path: PathBuf, ctx: u32, steps: Vec<Step>) -> (u32, EngineStats) {
+    let mut want = Vec::new();
+    let off = engine(path.clone(), false, ctx).await;
+    for st in &steps {
+        want.push(run(&off, &st.prompt, st.n).await.0);
+    }
+    let _ = tokio::task::spawn_blocking(move || off.stop()).await;
+    let on = engine(path.clone(), true, ctx).await;
+    let mut reused = 0;
+    for (i, st) in steps.iter().enumerate() {
+        if st.cancel_first {
+            cancelled(&on, &st.prompt).await;
+        }
+        let (got, cached) = run(&on, &st.prompt, st.n).await;
+        reused += cached;
+        if st.compare {
+            assert_eq!(
+                got,
+                want[i],
+                "{}: step {i} ({} tokens, {cached} reused)",
+                path.display(),
+                st.prompt.len()
+            );
+        }
+    }
+    let stats = on.stats();
+    let _ = tokio::task::spawn_blocking(move || on.stop()).await;
+    (reused, stats)
+}
+
+async fn tokens(path: PathBuf, text: &str) -> Vec<TokenId> {
+    let h = engine(path, false, 512).await;
+    let t = h.preparer().text(text.to_string()).await.unwrap();
+    let _ = tokio::task::spawn_blocking(move || h.stop()).await;
+    t
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemma3_prefix_cache_on_equals_off_past_the_window() {
+    let base = tokens(gemma(), &log_text(70)).await;
+    let branch = tokens(
+        gemma(),
+        &format!("{}Entry 69: the lamp failed.\n", log_text(69)),
+    )
+    .await;
+    assert!(
+        base.len() > 1200,
+        "{} tokens: past the 512-token window",
+        base.len()
+    );
+    // 600 tokens past the prompt: the slot's window cells before the
+    // prompt's end are overwritten (1024 cells per slot).
+    let (reused, st) = on_equals_off(gemma(), 4096, scenario(&base, &branch, 12, 600)).await;
+    assert_eq!(st.memory_kind, "sliding_window");
+    assert!(reused > 5000, "the cache was used: {reused} tokens reused");
+    assert!(st.checkpoint_restores >= 1, "{st:?}");
+}
+
+async fn random_arch(name: &str, kind: &str) {
+    let path = arch(name);
+    let base = tokens(path.clone(), &log_text(12)).await;
+    let mut branch = base[..base.len() - 10].to_vec();
+    branch.extend(&base[20..28]);
+    let (reused, st) = on_equals_off(path, 1024, scenario(&base, &branch, 12, 100)).await;
+    assert_eq!(st.memory_kind, kind);
+    assert!(reused > base.len() as u32, "{name}: {reused} tokens reused");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_gemma3_small_window() {
+    random_arch("gemma3", "sliding_window").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_mamba2() {
+    random_arch("mamba2", "recurrent").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_rwkv7() {
+    random_arch("rwkv7", "recurrent").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_lfm2_hybrid() {
+    random_arch("lfm2", "hybrid").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_granite_hybrid() {
+    random_arch("granitehybrid", "hybrid").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ledger_counts_what_llama_cpp_holds_per_layer_kind() {
+    let path = gemma();
+    let h = engine(path.clone(), true, 4096).await;
+    let p = h.preparer().text(log_text(70)).await.unwrap();
+    let _ = run(&h, &p, 16).await;
+    let t = Instant::now();
+    let st = loop {
+        let st = h.stats();
+        if st.running == 0 && st.kv_cells_cached > 0 && st.kv_bytes_physical > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+            break h.stats();
+        }
+        assert!(t.elapsed().as_secs() < 10, "{st:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    };
+    // Gemma 3 270M: 18 layers, K and V of 256 per KV head, f16; 3 layers
+    // attend to everything, 15 to a 512-token window.
+    let layer = 2 * 256 * 2;
+    assert!(
+        (3 * layer..3 * layer + 32).contains(&st.kv_bytes_per_cell),
+        "{st:?}"
+    );
+    assert!(
+        (15 * layer..15 * layer + 32).contains(&st.window_bytes_per_cell),
+        "{st:?}"
+    );
+    assert!(
+        st.window_cells_held > 0 && st.window_cells_held < st.kv_cells_cached,
+        "the window holds fewer cells than the prompt: {} of {}",
+        st.window_cells_held,
+        st.kv_cells_cached
+    );
+    let ledger =
+        st.kv_cells_cached * st.kv_bytes_per_cell + st.window_cells_held * st.window_bytes_per_cell;
+    assert!(
+        st.kv_bytes_physical + 4096 >= ledger && st.kv_bytes_physical <= ledger + 4096,
+        "llama.cpp holds {} bytes, the ledger counts {ledger}",
+        st.kv_bytes_physical
+    );
+    let _ = tokio::task::spawn_blocking(move || h.stop()).await;
+}
