@@ -20,8 +20,24 @@ echo "== default model"
 echo "== chat templates: the transformers oracle and one tiny GGUF per template"
 ./scripts/gen-template-ggufs.sh "$(./scripts/fetch-templates.sh | tail -n 1)" target/template-ggufs
 STEWARD_ORACLE_TEMPLATES="$(./scripts/oracle-templates.sh | tail -n 1)" ./scripts/template-oracle.sh target/template-cases.json
+echo "== memory kinds: Gemma 3 270M and random-weight sliding-window, recurrent and hybrid GGUFs"
+./target/release/steward fetch-model gemma3-270m
+mkdir -p target/arch-ggufs
+for a in gemma3 mamba2 rwkv7 lfm2 granitehybrid; do
+  [ -s "target/arch-ggufs/$a.gguf" ] || target/pyenv/bin/python scripts/gen-random-gguf.py arch --arch "$a" --out "target/arch-ggufs/$a.gguf"
+done
 echo "== cargo test"
 cargo test --release --workspace
+echo "== replay check: prefix cache on vs off, sliding-window, recurrent and hybrid models (scripts/swa-check.py)"
+# --ubatch 64: the random Gemma 3's window cache is then 256 cells, so the
+# long decode overwrites old window cells. --tie: each model's noise floor
+# (see the script's doc).
+for a in gemma3 mamba2 rwkv7 lfm2 granitehybrid; do
+  python3 scripts/swa-check.py --model "target/arch-ggufs/$a.gguf" --prompt-tokens 300 --answer-tokens 16 \
+    --long-tokens 300 --ctx-per-seq 1024 --tie 0.02 --server-arg=--ubatch --server-arg=64
+done
+python3 scripts/swa-check.py --model "$(./target/release/steward fetch-model gemma3-270m)" --prompt-tokens 1600 \
+  --answer-tokens 16 --long-tokens 600 --ctx-per-seq 4096 --tie 0.25
 echo "== OpenAI Python client against steward serve"
 ./scripts/openai_client_check.sh
 echo "== fuzz targets, ${FUZZ_SECONDS:-20} s each"
