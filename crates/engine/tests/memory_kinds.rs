@@ -202,9 +202,20 @@ async fn gemma3_prefix_cache_on_equals_off_past_the_window() {
     assert!(st.checkpoint_restores >= 1, "{st:?}");
 }
 
+/// Two sequences in one batch give what each gives alone: the model's
+/// state batches (served with several slots).
+async fn batched_equals_alone(path: PathBuf, a: &[TokenId], b: &[TokenId]) {
+    let h = engine(path, false, 1024).await;
+    let alone = (run(&h, a, 24).await.0, run(&h, b, 24).await.0);
+    let together = tokio::join!(run(&h, a, 24), run(&h, b, 24));
+    assert_eq!((together.0 .0, together.1 .0), alone, "batched vs alone");
+    let _ = tokio::task::spawn_blocking(move || h.stop()).await;
+}
+
 async fn random_arch(name: &str, kind: &str) {
     let path = arch(name);
     let base = tokens(path.clone(), &log_text(12)).await;
+    batched_equals_alone(path.clone(), &base, &base[10..]).await;
     let mut branch = base[..base.len() - 10].to_vec();
     branch.extend(&base[20..28]);
     let (reused, st) = on_equals_off(path, 1024, scenario(&base, &branch, 12, 100)).await;

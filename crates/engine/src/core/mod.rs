@@ -162,7 +162,11 @@ fn owner_main(args: OwnerArgs, ok: std::sync::mpsc::SyncSender<Result<(), LoadEr
             MemoryKind::Window { n_swa } => n_swa,
             _ => 0,
         };
-        if sizes.per_cell > 0 {
+        if kind == (MemoryKind::Recurrent { hybrid: false }) {
+            // The ledger's unit is a slot's state.
+            s.kv_bytes_per_cell = sizes.per_slot;
+            s.kv_cells_total = parts.config.max_seqs as u64;
+        } else if sizes.per_cell > 0 {
             s.kv_bytes_per_cell = sizes.per_cell;
         }
         s.window_bytes_per_cell = sizes.window_per_cell;
@@ -321,7 +325,10 @@ impl<B: Backend> Owner<B> {
             },
             cost: StepCostModel::default(),
             state_model,
-            ledger: Ledger::new(u64::from(c.ctx_per_seq) * c.max_seqs as u64),
+            ledger: Ledger::new(match state_model {
+                StateModel::PerToken => u64::from(c.ctx_per_seq) * c.max_seqs as u64,
+                StateModel::PerSequence => c.max_seqs as u64,
+            }),
             ctx_limit,
             free_slots: (0..c.max_seqs).collect(),
             waiting: VecDeque::new(),

@@ -105,7 +105,8 @@ impl<B: Backend> Owner<B> {
         let cells = &self.cells;
         let held = self.memory.window_cells(|s| cells.len(s));
         let recurrent = match self.memory.kind {
-            crate::model::MemoryKind::Recurrent { .. } => (0..self.config.max_seqs)
+            // (A pure recurrent state is the ledger's own unit.)
+            crate::model::MemoryKind::Recurrent { hybrid: true } => (0..self.config.max_seqs)
                 .filter(|&s| cells.len(s) > 0)
                 .count() as u64,
             _ => 0,
@@ -160,6 +161,15 @@ impl<B: Backend> Owner<B> {
     /// The ledger's `held` and `cached`, from the cell map.
     pub(super) fn sync_ledger(&self) {
         let busy = self.busy_slots();
+        if self.state_model == super::admission::StateModel::PerSequence {
+            // One recurrent state per slot holding one, whatever its length.
+            let holding = (0..self.config.max_seqs).filter(|&s| self.cells.len(s) > 0);
+            let (held, cached) = holding.fold((0, 0), |(h, c), s| {
+                (h + 1, c + u64::from(!busy.contains(&s)))
+            });
+            self.ledger.set_held(held, cached);
+            return;
+        }
         let cached = self.cells.idle_cells(|s| busy.contains(&s));
         self.ledger.set_held(self.cells.cells(), cached);
     }

@@ -2,6 +2,7 @@
 //! fake backend.
 
 use super::*;
+use crate::core::admission::StateModel;
 
 fn cached_config(slots: usize) -> EngineConfig {
     let mut c = config(slots, 16);
@@ -43,6 +44,11 @@ impl Harness {
             .iter()
             .map(|e| self.owner.cells.len(e.slot) as u64)
             .sum();
+        if self.owner.state_model == StateModel::PerSequence {
+            // One recurrent state per entry.
+            assert_eq!(l.cached(), cache.len() as u64);
+            return;
+        }
         let held = self.owner.cells.cells();
         if self.owner.config.kv_unified {
             assert!(held <= entries);
