@@ -25,11 +25,18 @@ position, both tokens and that gap. Also printed: max |logprob difference| over 
 common prefix, and the cache-on server's usage.prompt_tokens_details.cached_tokens
 (shows that reuse happened). Exit status 1 on any FAIL, 2 on a setup error.
 
---tie must match the model's numeric noise floor. Measured (release binary, CPU):
+--tie (and --max-dlogprob, which FAILs a pair whose common prefix's logprobs moved more)
+must match the model's numeric noise floor. Measured (release binary, CPU):
 random gemma3 (scripts/gen-random-gguf.py arch): max |dlogprob| ~5e-3; the real
 Gemma 3 270M Q4_K_M: chunk size ALONE (both caches off, --prompt-budget 100 vs 256)
 moves logprobs by 0.1-0.2 and flips a first token whose top-2 gap is 0.06-0.08. A FAIL
 with a gap under that floor is not evidence of a cache bug: calibrate first.
+
+Checked to fail: a build that reuses sliding-window state the runtime has overwritten
+(the window rule in core/memstate.rs disabled) FAILs on the random gemma3 (first token
+of "first 100 tokens shared" flips at gap 0.04; "P + suffix" logprobs move 0.27, 50x the
+noise floor). On the real Gemma 3 270M the same bug moves logprobs only ~0.3 on this
+pseudo-text, within that model's chunk-size noise: the real model shows the bug weakly.
 
 Stdlib only. Example (random gemma3, sliding window 32):
   scripts/swa-check.py --model target/arch-ggufs/gemma3.gguf \\
@@ -289,6 +296,8 @@ def main():
     ap.add_argument("--prompt-tokens", type=int, default=1600)
     ap.add_argument("--tie", type=float, default=1e-3,
                     help="a first difference where the reference's top-2 logprobs are this close is a near-tie")
+    ap.add_argument("--max-dlogprob", type=float, default=None,
+                    help="FAIL a pair whose logprobs over the common prefix differ by more (the model's noise floor; none by default)")
     ap.add_argument("--port-base", type=int, default=18480)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--ready-timeout", type=float, default=300)
@@ -317,6 +326,8 @@ def main():
                     print(f"  [{kind}] {label}")
                     continue
                 st, detail, dmax = compare(on, off, a.tie)
+                if a.max_dlogprob is not None and dmax > a.max_dlogprob:
+                    st, detail = "FAIL", f"{detail}; logprobs moved {dmax:.2e} > --max-dlogprob"
                 fails += st == "FAIL"
                 ties += st == "TIE"
                 if st == "FAIL" or (st == "TIE" and worst == "ok"):

@@ -34,10 +34,10 @@ echo "== replay check: prefix cache on vs off, sliding-window, recurrent and hyb
 # (see the script's doc).
 for a in gemma3 mamba2 rwkv7 lfm2 granitehybrid; do
   python3 scripts/swa-check.py --model "target/arch-ggufs/$a.gguf" --prompt-tokens 300 --answer-tokens 16 \
-    --long-tokens 300 --ctx-per-seq 1024 --tie 0.02 --server-arg=--ubatch --server-arg=64
+    --long-tokens 300 --ctx-per-seq 1024 --tie 0.02 --max-dlogprob 0.05 --server-arg=--ubatch --server-arg=64
 done
 python3 scripts/swa-check.py --model "$(./target/release/steward fetch-model gemma3-270m)" --prompt-tokens 1600 \
-  --answer-tokens 16 --long-tokens 600 --ctx-per-seq 4096 --tie 0.25
+  --answer-tokens 16 --long-tokens 600 --ctx-per-seq 4096 --tie 0.5
 echo "== OpenAI Python client against steward serve"
 ./scripts/openai_client_check.sh
 echo "== fuzz targets, ${FUZZ_SECONDS:-20} s each"

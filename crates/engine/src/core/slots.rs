@@ -131,7 +131,10 @@ impl<B: Backend> Owner<B> {
                 continue;
             };
             let p = s.prompt.len();
-            if p >= min && c.completes(p) && c.len > 1 && s.prompt_logprobs_off() {
+            // Not where it would leave a chunk just under the size llama.cpp
+            // computes efficiently (the prompt then takes no checkpoint).
+            let efficient = c.len != self.limits.min_chunk;
+            if p >= min && c.completes(p) && c.len > 1 && efficient && s.prompt_logprobs_off() {
                 c.len -= 1;
             }
         }
