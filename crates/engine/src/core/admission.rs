@@ -122,6 +122,16 @@ impl Drop for Permit {
     }
 }
 
+/// Units a restore of `cells` saved cells holds at once, beyond the
+/// request's own growth: the cells (full attention), or nothing (a
+/// recurrent state is the one unit the request reserves anyway).
+pub fn restore_adds(model: StateModel, cells: usize) -> usize {
+    match model {
+        StateModel::PerToken => cells,
+        StateModel::PerSequence => 0,
+    }
+}
+
 /// Cells a request needs under a state model.
 pub fn cells_needed(model: StateModel, prompt: usize, max_tokens: u32) -> u64 {
     match model {

@@ -73,29 +73,25 @@ impl<B: Backend> Owner<B> {
             };
             let host_len = self
                 .host
-                .best(self.prefix_key, &r.prompt)
+                .best(self.prefix_key, &r.prompt, |e, m| {
+                    self.memory.direct_from(e.lo, e.tokens.len(), m)
+                })
                 .map_or(0, |(_, len)| len);
-            let restore = eligible && host_len > reuse_len + self.host.min_tokens;
+            let mut restore = eligible && host_len > reuse_len + self.host.min_tokens;
             let reuse = if restore { None } else { reuse };
             // The reservation is the growth beyond the reused cells; cells a
             // copy duplicates or a restore loads are held at once. A restore
             // may fail or find its entry gone (evictions below spill into
             // the tier, which drops its own LRU entries): it reserves the
-            // whole growth and gives back what it really reused.
-            // So does a takeover through a checkpoint (the runtime may
-            // refuse it).
-            let through_checkpoint = match &reuse {
-                Some(Reuse::Takeover { slot, len }) => {
-                    self.memory.direct(*slot, self.cells.len(*slot), *len) < *len
-                }
-                _ => false,
-            };
-            let (reserved_reuse, adds) = match &reuse {
-                Some(Reuse::Takeover { .. }) if through_checkpoint => (0, 0),
+            // whole growth and gives back what it really reused. (A takeover
+            // through a checkpoint the runtime refuses computes its prefix
+            // in the cells the entry held: beyond its reservation, as held.)
+            let (reserved_reuse, mut adds) = match &reuse {
                 Some(Reuse::Takeover { len, .. }) => (*len, 0),
                 Some(Reuse::Copy { len, .. }) if self.cache.share => (*len, 0),
                 Some(Reuse::Copy { len, .. }) => (*len, *len),
-                None if restore => (0, host_len),
+                // (A recurrent state is the one unit the growth reserves.)
+                None if restore => (0, admission::restore_adds(self.state_model, host_len)),
                 None => (0, 0),
             };
             let growth = need.saturating_sub(reserved_reuse as u64);
@@ -118,6 +114,15 @@ impl<B: Backend> Owner<B> {
                     break Some(p);
                 }
                 if !self.evict_lru() {
+                    if restore && adds > 0 {
+                        // The restore's cells and the whole growth cannot
+                        // both fit even with the cache empty (one slot, a
+                        // long prompt): compute the prompt instead of
+                        // waiting for room that never comes.
+                        restore = false;
+                        adds = 0;
+                        continue;
+                    }
                     break None;
                 }
             };
@@ -138,11 +143,7 @@ impl<B: Backend> Owner<B> {
                     if self.cells.len(slot) >= len + self.host.min_tokens {
                         self.spill(e);
                     }
-                    let reused = self.rewind(slot, len);
-                    if through_checkpoint {
-                        permit.consume(reused as u64);
-                    }
-                    (slot, reused)
+                    (slot, self.rewind(slot, len))
                 }
                 (Some(Reuse::Copy { src_slot, len }), _) => {
                     // The source (pinned above) is read at the next decode.
@@ -163,7 +164,9 @@ impl<B: Backend> Owner<B> {
                     // entries into the tier and moved its indices.)
                     let saved = if restore {
                         self.host
-                            .best(self.prefix_key, &w.sub.req.prompt)
+                            .best(self.prefix_key, &w.sub.req.prompt, |e, m| {
+                                self.memory.direct_from(e.lo, e.tokens.len(), m)
+                            })
                             .filter(|&(_, len)| len > reuse_len + self.host.min_tokens)
                             .and_then(|(i, len)| Some((self.host.take(i)?, len)))
                     } else {

@@ -310,14 +310,31 @@ impl Backend for FakeBackend {
         self.kv.get(slot).map_or(0, Vec::len)
     }
     fn save_slot(&self, slot: usize) -> Option<Vec<u8>> {
+        // The tokens; other kinds first their lowest position and state.
         let kv = self.kv.get(slot)?;
-        (!kv.is_empty()).then(|| kv.iter().flat_map(|t| t.to_le_bytes()).collect())
+        let mut out = Vec::new();
+        if self.memory != FakeMemory::Attention {
+            out.extend((self.lo[slot] as u64).to_le_bytes());
+            out.extend(self.state[slot].to_le_bytes());
+        }
+        out.extend(kv.iter().flat_map(|t| t.to_le_bytes()));
+        (!kv.is_empty()).then_some(out)
     }
     fn restore_slot(&mut self, slot: usize, data: &[u8]) -> bool {
-        if !data.len().is_multiple_of(4) || std::mem::take(&mut self.refuse_restore) {
+        let head = if self.memory == FakeMemory::Attention { 0 } else { 16 };
+        if data.len() < head
+            || !(data.len() - head).is_multiple_of(4)
+            || std::mem::take(&mut self.refuse_restore)
+        {
             return false;
         }
-        self.kv[slot] = data
+        self.clear_slot(slot);
+        if head > 0 {
+            let word = |i: usize| u64::from_le_bytes(data[i..i + 8].try_into().unwrap_or([0; 8]));
+            self.lo[slot] = word(0) as usize;
+            self.state[slot] = word(8);
+        }
+        self.kv[slot] = data[head..]
             .chunks_exact(4)
             .map(|b| TokenId::from_le_bytes([b[0], b[1], b[2], b[3]]))
             .collect();

@@ -84,11 +84,16 @@ impl SlotMemory {
     /// The longest prefix, at most `m` of a slot's `len` cells, reusable
     /// without a checkpoint.
     pub fn direct(&self, slot: usize, len: usize, m: usize) -> usize {
+        self.direct_from(self.lo(slot), len, m)
+    }
+
+    /// The same for state holding `len` cells from `lo` (a slot, or state
+    /// saved to the host tier).
+    pub fn direct_from(&self, lo: usize, len: usize, m: usize) -> usize {
         let m = m.min(len);
         match self.kind {
             MemoryKind::Attention => m,
             MemoryKind::Window { n_swa } => {
-                let lo = self.lo(slot);
                 if lo == 0 || m >= lo + n_swa as usize {
                     m
                 } else {

@@ -346,11 +346,9 @@ impl<B: Backend> Owner<B> {
             last_done: None,
             state_base,
             state_sampled: None,
-            // The host tier saves and cuts whole states: full attention
-            // only (a sliding window or a recurrent state may not hold the
-            // cut's point; those models have checkpoints instead).
+            // (Its entries restart only where their saved state reaches.)
             host: spill::HostTier::new(
-                if c.prefix_cache && kind == MemoryKind::Attention {
+                if c.prefix_cache {
                     c.prefix_host_bytes
                 } else {
                     0

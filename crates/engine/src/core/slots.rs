@@ -289,6 +289,7 @@ impl<B: Backend> Owner<B> {
                 tokens: self.cells.tokens(e.slot),
                 data,
                 last_used: e.last_used,
+                lo: self.memory.lo(e.slot),
             });
             self.stats.send_modify(|s| s.prefix_spills += 1);
         }
@@ -307,11 +308,12 @@ impl<B: Backend> Owner<B> {
         // The restored cells must cover the prefix.
         let ok = self.rt.restore_slot(slot, &e.data) && self.rt.slot_len(slot) >= len;
         if ok {
-            // The host tier holds only full-attention state (it is off for
-            // other memory kinds), which any cut keeps reusable.
+            // `best` picked `len` where the saved state reaches (a window's
+            // or a recurrent state's cut is then valid, or none is needed).
             self.rt.truncate_slot(slot, len as u32);
             self.cells
                 .extend(slot, e.key, &e.tokens[..len], self.next_key);
+            self.sync_lo(slot);
         } else {
             self.kv_clear(slot);
         }

@@ -20,6 +20,9 @@ pub(super) struct Spilled {
     pub tokens: Vec<TokenId>,
     pub data: Vec<u8>,
     pub last_used: u64,
+    /// Lowest position every layer held when saved (a sliding window's
+    /// `lo`; 0 for full attention).
+    pub lo: usize,
 }
 
 #[derive(Debug, Default)]
@@ -91,8 +94,15 @@ impl HostTier {
 
     /// The entry sharing the longest prefix with `prompt` under `key`, and
     /// that length (at most `prompt.len() - 1`: the last prompt token is
-    /// always computed), when it reaches `min_tokens`.
-    pub fn best(&self, key: PrefixKey, prompt: &[TokenId]) -> Option<(usize, usize)> {
+    /// always computed), when it reaches `min_tokens`. `reach(entry, m)`:
+    /// how much of a shared `m` the saved state can restart from (a window
+    /// or recurrent state may not hold the point; `core/memstate.rs`).
+    pub fn best(
+        &self,
+        key: PrefixKey,
+        prompt: &[TokenId],
+        reach: impl Fn(&Spilled, usize) -> usize,
+    ) -> Option<(usize, usize)> {
         if !self.enabled() || prompt.len() < 2 {
             return None;
         }
@@ -101,7 +111,7 @@ impl HostTier {
             .iter()
             .enumerate()
             .filter(|(_, e)| e.key == key)
-            .map(|(i, e)| (i, common_prefix(&e.tokens, prompt).min(cap)))
+            .map(|(i, e)| (i, reach(e, common_prefix(&e.tokens, prompt).min(cap))))
             .filter(|&(_, len)| len >= self.min_tokens)
             .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))
     }
@@ -122,6 +132,7 @@ mod tests {
             tokens: tokens.to_vec(),
             data: vec![0; bytes],
             last_used: t,
+            lo: 0,
         }
     }
 
@@ -132,22 +143,22 @@ mod tests {
         h.insert(sp(&[1, 2, 9], 40, 2));
         assert_eq!(h.len(), 2);
         // Longest common prefix, capped below the prompt's last token.
-        let (i, len) = h.best(PrefixKey::default(), &[1, 2, 3, 4, 5]).unwrap();
+        let (i, len) = h.best(PrefixKey::default(), &[1, 2, 3, 4, 5], |_, m| m).unwrap();
         assert_eq!(len, 4);
         assert_eq!(h.entries[i].tokens, vec![1, 2, 3, 4]);
-        assert_eq!(h.best(PrefixKey::default(), &[1, 2, 3, 4]).unwrap().1, 3);
+        assert_eq!(h.best(PrefixKey::default(), &[1, 2, 3, 4], |_, m| m).unwrap().1, 3);
         // A suffix under a different first token is a miss; so is another key.
-        assert!(h.best(PrefixKey::default(), &[7, 2, 3, 4, 5]).is_none());
+        assert!(h.best(PrefixKey::default(), &[7, 2, 3, 4, 5], |_, m| m).is_none());
         let other = PrefixKey {
             adapters: 1,
             ..Default::default()
         };
-        assert!(h.best(other, &[1, 2, 3, 4, 5]).is_none());
+        assert!(h.best(other, &[1, 2, 3, 4, 5], |_, m| m).is_none());
         // Over budget: the least recently used goes.
         assert_eq!(h.insert(sp(&[5, 6, 7], 40, 3)), 1);
         assert!(h.bytes() <= 100);
         // [1, 2, 3, 4] (the oldest) is gone: only [1, 2, 9]'s two tokens match.
-        assert_eq!(h.best(PrefixKey::default(), &[1, 2, 3, 4, 5]).unwrap().1, 2);
+        assert_eq!(h.best(PrefixKey::default(), &[1, 2, 3, 4, 5], |_, m| m).unwrap().1, 2);
         // Too big or too short: not kept.
         assert_eq!(h.insert(sp(&[8, 8, 8], 101, 4)), 0);
         h.insert(sp(&[8], 1, 5));

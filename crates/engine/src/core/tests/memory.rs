@@ -193,3 +193,52 @@ fn random_traffic_on_windows_and_recurrent_states_matches_cold_runs() {
         );
     }
 }
+
+/// Evicted entries go to the host tier with the lowest position their
+/// window held (or their recurrent state); restored, they give a cold
+/// run's output, and only as far as that state reaches.
+#[test]
+fn the_host_tier_restores_window_and_recurrent_state_only_where_it_reaches() {
+    for memory in [WINDOW, FakeMemory::Recurrent] {
+        let mut c = cfg(1, true);
+        c.prefix_host_min = 8;
+        c.prefix_host_bytes = 1 << 20;
+        c.checkpoint_bytes = 0;
+        let mut h = harness_kind(c, memory);
+        let a = text(8, 40);
+        let b = text(9, 40);
+        let (out_a, _) = run(&mut h, &a, 4, "a");
+        // `b` takes the only slot: `a`'s state goes to the host tier.
+        run(&mut h, &b, 4, "b");
+        assert!(h.stats.borrow().prefix_spills >= 1, "{memory:?}");
+        let next = [&a[..], &out_a[..3], &text(10, 5)].concat();
+        let (got, reused) = run(&mut h, &next, 6, "a-next");
+        assert_eq!(got, cold(memory, &next, 6), "{memory:?}");
+        assert_eq!(reused, 43, "{memory:?}: restored whole");
+        // Behind the saved window (or inside the recurrent state): nothing.
+        run(&mut h, &b, 60, "b-long");
+        let (got, reused) = run(&mut h, &b[..20], 4, "b-short");
+        assert_eq!(got, cold(memory, &b[..20], 4), "{memory:?}");
+        assert_eq!(reused, 0, "{memory:?}");
+        h.assert_idle_cached();
+    }
+}
+
+/// One slot and a long prompt: restoring its saved prefix and reserving the
+/// whole growth cannot both fit even with the cache empty. The request is
+/// computed instead of waiting at the head of the queue for ever.
+#[test]
+fn a_restore_that_can_never_fit_is_computed_instead() {
+    let mut c = cfg(1, true);
+    c.prefix_host_min = 8;
+    c.prefix_host_bytes = 1 << 20;
+    let mut h = harness_kind(c, FakeMemory::Attention);
+    let a = text(11, 100);
+    run(&mut h, &a, 4, "a");
+    run(&mut h, &text(12, 20), 4, "b");
+    assert!(h.stats.borrow().prefix_spills >= 1);
+    let next = [&a[..], &text(13, 30)].concat();
+    let (got, _) = run(&mut h, &next, 20, "long");
+    assert_eq!(got, cold(FakeMemory::Attention, &next, 20));
+    h.assert_idle_cached();
+}
