@@ -47,6 +47,8 @@ async fn engine(path: PathBuf, prefix_cache: bool, ctx: u32) -> EngineHandle {
     c.prompt_budget = 512;
     c.prefix_cache = prefix_cache;
     c.checkpoint_min_tokens = 16;
+    c.prefix_host_bytes = 64 << 20;
+    c.prefix_host_min = 32;
     c.progress = false;
     let h = Engine::start(c).expect("engine starts");
     assert!(h.wait_ready().await);
@@ -119,18 +121,25 @@ struct Step {
     n: u32,
     compare: bool,
     cancel_first: bool,
+    /// The prompt follows this earlier step's prompt and output (the next
+    /// turn of that conversation).
+    extends: Option<usize>,
 }
 
 /// Repeat, next turn, branch of the last line, a decode past the window
 /// then a repeat, an extension and a shorter prefix, a cancel then the
-/// same prompt and its extension.
+/// same prompt and its extension, two unrelated prompts (the two slots'
+/// entries go to the host tier) then the extension again (restored).
 fn scenario(base: &[TokenId], branch: &[TokenId], short: u32, long: u32) -> Vec<Step> {
     let s = |prompt: &[TokenId], n, compare, cancel_first| Step {
         prompt: prompt.to_vec(),
         n,
         compare,
         cancel_first,
+        extends: None,
     };
+    // Longer than the entries they displace: the cache evicts those.
+    let other = |from: usize| [&base[from..], base].concat();
     let tail: Vec<TokenId> = base[base.len() / 2..base.len() / 2 + 8].to_vec();
     let ext = [base, &tail].concat();
     vec![
@@ -144,6 +153,12 @@ fn scenario(base: &[TokenId], branch: &[TokenId], short: u32, long: u32) -> Vec<
         s(&base[..base.len() * 3 / 4], short, true, false),
         s(&ext, short, true, true),
         s(&[&ext[..], &tail].concat(), short, true, false),
+        s(&other(base.len() / 3), short, true, false),
+        s(&other(base.len() / 2), short, true, false),
+        Step {
+            extends: Some(9),
+            ..s(&tail, short, true, false)
+        },
     ]
 }
 
@@ -151,19 +166,25 @@ fn scenario(base: &[TokenId], branch: &[TokenId], short: u32, long: u32) -> Vec<
 /// step's output when `turns`) cache off, then on; returns the prompt
 /// tokens the cache-on run reused.
 async fn on_equals_off(path: PathBuf, ctx: u32, steps: Vec<Step>) -> (u32, EngineStats) {
-    let mut want = Vec::new();
+    let mut want: Vec<Vec<TokenId>> = Vec::new();
+    let mut prompts: Vec<Vec<TokenId>> = Vec::new();
     let off = engine(path.clone(), false, ctx).await;
     for st in &steps {
-        want.push(run(&off, &st.prompt, st.n).await.0);
+        let p = match st.extends {
+            Some(j) => [&prompts[j][..], &want[j], &st.prompt].concat(),
+            None => st.prompt.clone(),
+        };
+        want.push(run(&off, &p, st.n).await.0);
+        prompts.push(p);
     }
     let _ = tokio::task::spawn_blocking(move || off.stop()).await;
     let on = engine(path.clone(), true, ctx).await;
     let mut reused = 0;
     for (i, st) in steps.iter().enumerate() {
         if st.cancel_first {
-            cancelled(&on, &st.prompt).await;
+            cancelled(&on, &prompts[i]).await;
         }
-        let (got, cached) = run(&on, &st.prompt, st.n).await;
+        let (got, cached) = run(&on, &prompts[i], st.n).await;
         reused += cached;
         if st.compare {
             assert_eq!(
@@ -171,7 +192,7 @@ async fn on_equals_off(path: PathBuf, ctx: u32, steps: Vec<Step>) -> (u32, Engin
                 want[i],
                 "{}: step {i} ({} tokens, {cached} reused)",
                 path.display(),
-                st.prompt.len()
+                prompts[i].len()
             );
         }
     }
@@ -206,6 +227,10 @@ async fn gemma3_prefix_cache_on_equals_off_past_the_window() {
     assert_eq!(st.memory_kind, "sliding_window");
     assert!(reused > 5000, "the cache was used: {reused} tokens reused");
     assert!(st.checkpoint_restores >= 1, "{st:?}");
+    assert!(
+        st.prefix_restores >= 1,
+        "restored from the host tier: {st:?}"
+    );
 }
 
 /// Two sequences in one batch give what each gives alone: the model's
@@ -227,6 +252,10 @@ async fn random_arch(name: &str, kind: &str) {
     let (reused, st) = on_equals_off(path, 1024, scenario(&base, &branch, 12, 300)).await;
     assert_eq!(st.memory_kind, kind);
     assert!(reused > base.len() as u32, "{name}: {reused} tokens reused");
+    assert!(
+        st.prefix_restores >= 1,
+        "{name}: restored from the host tier: {st:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

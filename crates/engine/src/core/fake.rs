@@ -321,7 +321,11 @@ impl Backend for FakeBackend {
         (!kv.is_empty()).then_some(out)
     }
     fn restore_slot(&mut self, slot: usize, data: &[u8]) -> bool {
-        let head = if self.memory == FakeMemory::Attention { 0 } else { 16 };
+        let head = if self.memory == FakeMemory::Attention {
+            0
+        } else {
+            16
+        };
         if data.len() < head
             || !(data.len() - head).is_multiple_of(4)
             || std::mem::take(&mut self.refuse_restore)

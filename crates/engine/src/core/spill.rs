@@ -143,12 +143,21 @@ mod tests {
         h.insert(sp(&[1, 2, 9], 40, 2));
         assert_eq!(h.len(), 2);
         // Longest common prefix, capped below the prompt's last token.
-        let (i, len) = h.best(PrefixKey::default(), &[1, 2, 3, 4, 5], |_, m| m).unwrap();
+        let (i, len) = h
+            .best(PrefixKey::default(), &[1, 2, 3, 4, 5], |_, m| m)
+            .unwrap();
         assert_eq!(len, 4);
         assert_eq!(h.entries[i].tokens, vec![1, 2, 3, 4]);
-        assert_eq!(h.best(PrefixKey::default(), &[1, 2, 3, 4], |_, m| m).unwrap().1, 3);
+        assert_eq!(
+            h.best(PrefixKey::default(), &[1, 2, 3, 4], |_, m| m)
+                .unwrap()
+                .1,
+            3
+        );
         // A suffix under a different first token is a miss; so is another key.
-        assert!(h.best(PrefixKey::default(), &[7, 2, 3, 4, 5], |_, m| m).is_none());
+        assert!(h
+            .best(PrefixKey::default(), &[7, 2, 3, 4, 5], |_, m| m)
+            .is_none());
         let other = PrefixKey {
             adapters: 1,
             ..Default::default()
@@ -158,7 +167,12 @@ mod tests {
         assert_eq!(h.insert(sp(&[5, 6, 7], 40, 3)), 1);
         assert!(h.bytes() <= 100);
         // [1, 2, 3, 4] (the oldest) is gone: only [1, 2, 9]'s two tokens match.
-        assert_eq!(h.best(PrefixKey::default(), &[1, 2, 3, 4, 5], |_, m| m).unwrap().1, 2);
+        assert_eq!(
+            h.best(PrefixKey::default(), &[1, 2, 3, 4, 5], |_, m| m)
+                .unwrap()
+                .1,
+            2
+        );
         // Too big or too short: not kept.
         assert_eq!(h.insert(sp(&[8, 8, 8], 101, 4)), 0);
         h.insert(sp(&[8], 1, 5));
