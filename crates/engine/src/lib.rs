@@ -288,6 +288,46 @@ pub struct EngineHandle {
 
 pub struct Engine;
 
+/// Bytes a slot's cell costs on average when full, for `--memory-budget`
+/// sizing: every layer's K and V from the model's metadata for full
+/// attention; for a sliding-window or recurrent model, measured on a small
+/// probe context (window layers hold at most window + ubatch cells, a
+/// recurrent state is fixed per slot).
+fn bytes_per_cell(model: &model::LoadedModel, c: &EngineConfig) -> u64 {
+    let plain = model.kv_bytes_per_token(c.kv_q8);
+    let kind = model::MemoryKind::of(&model.facts, c.swa_full);
+    if kind == model::MemoryKind::Attention {
+        return plain;
+    }
+    let params = model::RuntimeParams {
+        n_seqs: 1,
+        ctx_per_seq: 256,
+        n_batch: 64,
+        n_ubatch: 64,
+        n_threads: c.n_threads,
+        n_threads_batch: c.n_threads_batch,
+        flash_attn: c.flash_attn,
+        kv_q8: c.kv_q8,
+        kv_unified: false,
+        swa_full: c.swa_full,
+    };
+    let Ok(mut rt) = model.new_runtime(&params) else {
+        return plain;
+    };
+    let sizes =
+        core::memstate::measure(&mut rt, kind, &model.tokenize("Hello, world", true, false));
+    let per_seq = sizes.per_seq(kind, c.ctx_per_seq, c.n_ubatch);
+    if per_seq == 0 {
+        return plain;
+    }
+    tracing::info!(
+        memory = kind.name(),
+        per_seq,
+        "memory budget: bytes a full slot holds, measured"
+    );
+    per_seq.div_ceil(u64::from(c.ctx_per_seq.max(1)))
+}
+
 impl Engine {
     /// Load the model, compute its identity, start the tokenizer pool and
     /// the execution owner (which runs one warm-up step before it reports
@@ -303,12 +343,12 @@ impl Engine {
         if let Some(budget) = config.memory_budget {
             // Buffers besides weights and KV: compute graphs, runtime, HTTP;
             // and the prefix cache's host tier, within its own budget.
-            let overhead = (256u64 << 20) + config.prefix_host_bytes;
+            let overhead = (256u64 << 20) + config.prefix_host_bytes + config.checkpoint_bytes;
             let fit = memory::fit_sequences(
                 budget,
                 model.facts.weights_bytes,
                 overhead,
-                model.kv_bytes_per_token(config.kv_q8),
+                bytes_per_cell(&model, &config),
                 config.ctx_per_seq,
                 config.max_seqs,
             )

@@ -325,3 +325,26 @@ async fn the_ledger_counts_what_llama_cpp_holds_per_layer_kind() {
     );
     let _ = tokio::task::spawn_blocking(move || h.stop()).await;
 }
+
+/// `--memory-budget` sizes slots by what each layer kind holds: a budget
+/// that fits 4 slots of Gemma 3 270M if every layer kept every cell fits
+/// more than twice as many with its 15 window layers at 1,024 cells each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_memory_budget_counts_window_layers_at_their_size() {
+    let path = gemma();
+    let weights = std::fs::metadata(&path).unwrap().len();
+    let ctx = 4096u64;
+    let full_slot = ctx * 18 * 2 * 256 * 2;
+    let mut c = EngineConfig::new(path);
+    c.max_seqs = 16;
+    c.ctx_per_seq = ctx as u32;
+    c.progress = false;
+    c.prefix_host_bytes = 0;
+    c.checkpoint_bytes = 0;
+    c.memory_budget = Some(weights + (256 << 20) + 4 * full_slot);
+    let h = Engine::start(c).expect("engine starts");
+    assert!(h.wait_ready().await);
+    let slots = h.stats().slots_total;
+    assert!((9..16).contains(&slots), "{slots} slots fit");
+    let _ = tokio::task::spawn_blocking(move || h.stop()).await;
+}

@@ -287,6 +287,28 @@ mod tests {
     }
 
     #[test]
+    fn a_full_slot_holds_its_cells_its_capped_window_and_its_state() {
+        let s = Sizes {
+            per_cell: 10,
+            window_per_cell: 100,
+            per_slot: 7,
+        };
+        let w = MemoryKind::Window { n_swa: 512 };
+        assert_eq!(s.per_seq(w, 4096, 512), 4096 * 10 + 1024 * 100 + 7);
+        assert_eq!(
+            s.per_seq(w, 600, 512),
+            600 * 10 + 600 * 100 + 7,
+            "never past ctx"
+        );
+        assert_eq!(
+            s.per_seq(MemoryKind::Window { n_swa: 32 }, 4096, 64),
+            4096 * 10 + 256 * 100 + 7
+        );
+        let r = MemoryKind::Recurrent { hybrid: true };
+        assert_eq!(s.per_seq(r, 4096, 512), 4096 * 10 + 7);
+    }
+
+    #[test]
     fn checkpoints_stay_within_budget_and_per_slot_cap_lru_first() {
         let mut m = SlotMemory::new(MemoryKind::Recurrent { hybrid: true }, 2, 300);
         for (i, len) in [10, 20, 30, 40, 50].into_iter().enumerate() {
@@ -308,18 +330,32 @@ mod tests {
     }
 }
 
+impl Sizes {
+    /// Bytes one slot of `ctx` cells holds at most: its per-token cells,
+    /// its window (llama.cpp's SWA cache: window + ubatch, padded to 256,
+    /// never more than `ctx`) and its recurrent state.
+    pub fn per_seq(&self, kind: MemoryKind, ctx: u32, n_ubatch: u32) -> u64 {
+        let window = match kind {
+            MemoryKind::Window { n_swa } => (n_swa + n_ubatch).div_ceil(256) * 256,
+            _ => 0,
+        }
+        .min(ctx);
+        u64::from(ctx) * self.per_cell + u64::from(window) * self.window_per_cell + self.per_slot
+    }
+}
+
 /// Bytes of each kind of state, measured from the runtime's own state
 /// sizes (one prompt in slot 0, then one token more): per cell of the
 /// layers that grow per token, per sliding-window cell, per slot of
 /// recurrent state. Zeros where the runtime does not say.
 #[derive(Debug, Default, Clone, Copy)]
-pub(super) struct Sizes {
+pub(crate) struct Sizes {
     pub per_cell: u64,
     pub window_per_cell: u64,
     pub per_slot: u64,
 }
 
-pub(super) fn measure<B: super::backend::Backend>(
+pub(crate) fn measure<B: super::backend::Backend>(
     rt: &mut B,
     kind: MemoryKind,
     prompt: &[crate::model::TokenId],

@@ -22,7 +22,7 @@ pub mod backend;
 #[cfg(test)]
 mod fake;
 mod faults;
-mod memstate;
+pub(crate) mod memstate;
 pub mod prefix;
 mod reap;
 mod rows;

@@ -130,8 +130,15 @@ type Stream = (Vec<TokenId>, u32, mpsc::Receiver<Event>, Vec<Event>);
 
 #[test]
 fn random_traffic_on_windows_and_recurrent_states_matches_cold_runs() {
-    for memory in [WINDOW, FakeMemory::Recurrent] {
-        let mut h = harness_kind(cfg(3, true), memory);
+    for (memory, unified) in [
+        (WINDOW, false),
+        (WINDOW, true),
+        (FakeMemory::Recurrent, false),
+        (FakeMemory::Recurrent, true),
+    ] {
+        let mut c = cfg(3, true);
+        c.kv_unified = unified;
+        let mut h = harness_kind(c, memory);
         let mut state = 0x2545_F491_4F6C_DD1D_u64;
         let mut next = move |n: usize| {
             state ^= state << 13;
