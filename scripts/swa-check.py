@@ -316,6 +316,8 @@ def main():
         servers.append(Server("cache-off", a, a.port_base + 1, False))
         for s in servers:
             print(f"{s.name}: ready in {s.wait_ready(a.ready_timeout):.1f} s ({' '.join(s.cmd)})", flush=True)
+            with urllib.request.urlopen(s.url + "/v1/models", timeout=10) as r:
+                print(f"{s.name}: memory {json.dumps(json.load(r)['data'][0].get('memory'))}", flush=True)
         for ki, kind in enumerate(kinds):
             t0 = time.time()
             text = Text(servers[1], a.seed * 1000 + ki)

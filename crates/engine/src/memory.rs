@@ -126,8 +126,9 @@ pub struct Ledger {
     pub cached_prefixes: u64,
     /// The prefix cache's host tier: saved KV state of evicted entries.
     pub host_prefixes: u64,
-    /// State beside the per-token cells: sliding-window cells held (every
-    /// slot's `lo..len`) and recurrent state of the slots holding one.
+    /// State beside the per-token cells, within `kv_pool`: sliding-window
+    /// cells held (every slot's `lo..len`) and the recurrent state of the
+    /// slots holding one (hybrid models).
     pub window_state: u64,
     /// Checkpoints of state that cannot be rewound (host memory).
     pub checkpoints: u64,
@@ -142,17 +143,22 @@ pub struct Ledger {
 impl Ledger {
     pub fn from_parts(s: &EngineStats, weights: u64, budget: Option<u64>, rss: u64) -> Self {
         let bpc = s.kv_bytes_per_cell;
-        let kv_pool = s.kv_cells_total * bpc;
+        let kv_pool = if s.kv_pool_bytes > 0 {
+            s.kv_pool_bytes
+        } else {
+            s.kv_cells_total * bpc
+        };
         let live_state = s.kv_cells_used * bpc;
         let reserved_growth = s.kv_cells_reserved * bpc;
         let cached_prefixes = s.kv_cells_cached * bpc;
-        let kv_free = kv_pool.saturating_sub(live_state + reserved_growth + cached_prefixes);
         let host_prefixes = s.prefix_host_bytes;
+        // Within the pool, beside the per-token cells.
         let window_state = s.window_cells_held * s.window_bytes_per_cell
             + s.recurrent_slots_held * s.recurrent_bytes_per_slot;
+        let kv_free =
+            kv_pool.saturating_sub(live_state + reserved_growth + cached_prefixes + window_state);
         let checkpoints = s.checkpoint_bytes;
-        let known =
-            weights + kv_pool + window_state + s.compute_bytes + host_prefixes + checkpoints;
+        let known = weights + kv_pool + s.compute_bytes + host_prefixes + checkpoints;
         Ledger {
             budget,
             weights,

@@ -90,6 +90,9 @@ pub struct EngineStats {
     pub kv_cells_reserved: u64,
     pub kv_cells_total: u64,
     pub kv_bytes_per_cell: u64,
+    /// Bytes of every slot's state when full: per-token cells, window
+    /// layers' cells (capped), recurrent state (0: `kv_cells_total` cells).
+    pub kv_pool_bytes: u64,
     /// Compute buffers, measured at startup (RSS growth across context
     /// creation and warm-up, minus the KV pool).
     pub compute_bytes: u64,

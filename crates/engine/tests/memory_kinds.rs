@@ -323,6 +323,19 @@ async fn the_ledger_counts_what_llama_cpp_holds_per_layer_kind() {
         "llama.cpp holds {} bytes, the ledger counts {ledger}",
         st.kv_bytes_physical
     );
+    // The memory ledger: the pool holds the per-token cells (3 layers) and
+    // the window layers' 1,024 cells per slot; its terms add up.
+    let l = h.ledger();
+    assert_eq!(l.sum(), l.rss, "{l:?}");
+    assert_eq!(
+        l.kv_pool,
+        l.live_state + l.reserved_growth + l.kv_free + l.cached_prefixes + l.window_state,
+        "{l:?}"
+    );
+    let slots = st.slots_total as u64;
+    let want = slots * (4096 * st.kv_bytes_per_cell + 1024 * st.window_bytes_per_cell);
+    assert_eq!(l.kv_pool, want, "{l:?}");
+    assert!(l.window_state > 0 && l.checkpoints > 0, "{l:?}");
     let _ = tokio::task::spawn_blocking(move || h.stop()).await;
 }
 

@@ -353,6 +353,11 @@ pub struct ModelCard {
     /// `--chat-template …`, `fallback …`), its variants, family.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chat_template: Option<Value>,
+    /// How the model's memory holds a sequence (Steward extension):
+    /// `kind` (`attention`, `sliding_window`, `recurrent`, `hybrid`), the
+    /// window, bytes per kind of state, whether checkpoints are taken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<Value>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]

@@ -451,8 +451,26 @@ async fn models(State(s): State<Shared>) -> Result<Json<p::ModelList>, ApiError>
             owned_by: "steward".into(),
             identity: serde_json::to_value(engine.identity()).ok(),
             chat_template: serde_json::to_value(engine.preparer().template_info()).ok(),
+            memory: Some(memory_card(&engine.stats(), engine.config())),
         }],
     }))
+}
+
+/// The `memory` block of a model card.
+fn memory_card(
+    st: &steward_engine::EngineStats,
+    c: &steward_engine::EngineConfig,
+) -> serde_json::Value {
+    json!({
+        "kind": st.memory_kind,
+        "swa_window": st.swa_window,
+        "swa_full": c.swa_full,
+        "bytes_per_cell": st.kv_bytes_per_cell,
+        "window_bytes_per_cell": st.window_bytes_per_cell,
+        "recurrent_bytes_per_slot": st.recurrent_bytes_per_slot,
+        "checkpoints": st.memory_kind != "attention" && c.checkpoint_bytes > 0 && c.prefix_cache,
+        "slots": st.slots_total,
+    })
 }
 
 async fn debug_ledger(State(s): State<Shared>) -> Result<Json<serde_json::Value>, ApiError> {

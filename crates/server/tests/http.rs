@@ -277,6 +277,10 @@ async fn models_ready_and_request_id() {
     );
     assert_eq!(id["quantization"], "Q4_1");
     assert_eq!(id["architecture"], "llama");
+    let m = &v["data"][0]["memory"];
+    assert_eq!(m["kind"], "attention", "{m}");
+    assert_eq!(m["checkpoints"], false);
+    assert!(m["bytes_per_cell"].as_u64().unwrap() > 0, "{m}");
     let r = s
         .client
         .post(format!("{}/v1/chat/completions", s.base))
@@ -584,6 +588,9 @@ async fn timings_are_monotonic_and_ledger_adds_up() {
         "reserved_growth",
         "kv_free",
         "cached_prefixes",
+        "host_prefixes",
+        "window_state",
+        "checkpoints",
         "compute_buffers",
         "other",
     ];
@@ -595,6 +602,7 @@ async fn timings_are_monotonic_and_ledger_adds_up() {
             + l["reserved_growth"].as_u64().unwrap()
             + l["kv_free"].as_u64().unwrap()
             + l["cached_prefixes"].as_u64().unwrap()
+            + l["window_state"].as_u64().unwrap()
     );
     assert!(l["weights"].as_u64().unwrap() > 50_000_000);
 }

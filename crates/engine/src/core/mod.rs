@@ -129,48 +129,55 @@ fn owner_main(args: OwnerArgs, ok: std::sync::mpsc::SyncSender<Result<(), LoadEr
         return;
     }
     let warmup_ms = t.elapsed().as_secs_f64() * 1e3;
-    let kv_pool = u64::from(parts.config.ctx_per_seq)
-        * parts.config.max_seqs as u64
-        * model.kv_bytes_per_token(parts.config.kv_q8);
+    let kind = MemoryKind::of(&model.facts, parts.config.swa_full);
+    let sizes = memstate::measure(&mut rt, kind, &model.tokenize("Hello, world", true, false));
+    let c = &parts.config;
+    let measured = sizes.per_seq(kind, c.ctx_per_seq, runtime_params(c).n_ubatch);
+    let per_seq = if measured > 0 {
+        measured
+    } else {
+        u64::from(c.ctx_per_seq) * model.kv_bytes_per_token(c.kv_q8)
+    };
+    let kv_pool = per_seq * c.max_seqs as u64;
     let grown = crate::memory::rss_bytes()
         .unwrap_or(0)
         .saturating_sub(rss_before);
     let compute_bytes = grown.saturating_sub(kv_pool);
-    tracing::info!(warmup_ms, "warm-up step done; ready");
-    parts.stats.send_modify(|s| {
-        s.ready = true;
-        s.warmup_ms = warmup_ms;
-        s.kv_bytes_per_cell = model.kv_bytes_per_token(parts.config.kv_q8);
-        s.compute_bytes = compute_bytes;
-        s.kv_cells_total = u64::from(parts.config.ctx_per_seq) * parts.config.max_seqs as u64;
-        s.slots_total = parts.config.max_seqs;
-    });
-    let kind = MemoryKind::of(&model.facts, parts.config.swa_full);
-    let sizes = memstate::measure(&mut rt, kind, &model.tokenize("Hello, world", true, false));
     tracing::info!(
         memory = kind.name(),
         swa_window = model.facts.n_swa,
         bytes_per_cell = sizes.per_cell,
         window_bytes_per_cell = sizes.window_per_cell,
         recurrent_bytes_per_slot = sizes.per_slot,
-        checkpoints = kind != MemoryKind::Attention && parts.config.checkpoint_bytes > 0,
+        checkpoints = kind != MemoryKind::Attention && c.checkpoint_bytes > 0 && c.prefix_cache,
         "model memory"
     );
+    tracing::info!(warmup_ms, "warm-up step done; ready");
     parts.stats.send_modify(|s| {
+        s.warmup_ms = warmup_ms;
+        s.compute_bytes = compute_bytes;
+        s.kv_pool_bytes = kv_pool;
+        s.slots_total = c.max_seqs;
         s.memory_kind = kind.name();
         s.swa_window = match kind {
             MemoryKind::Window { n_swa } => n_swa,
             _ => 0,
         };
+        s.window_bytes_per_cell = sizes.window_per_cell;
+        s.recurrent_bytes_per_slot = sizes.per_slot;
         if kind == (MemoryKind::Recurrent { hybrid: false }) {
             // The ledger's unit is a slot's state.
             s.kv_bytes_per_cell = sizes.per_slot;
-            s.kv_cells_total = parts.config.max_seqs as u64;
-        } else if sizes.per_cell > 0 {
-            s.kv_bytes_per_cell = sizes.per_cell;
+            s.kv_cells_total = c.max_seqs as u64;
+        } else {
+            s.kv_bytes_per_cell = if sizes.per_cell > 0 {
+                sizes.per_cell
+            } else {
+                model.kv_bytes_per_token(c.kv_q8)
+            };
+            s.kv_cells_total = u64::from(c.ctx_per_seq) * c.max_seqs as u64;
         }
-        s.window_bytes_per_cell = sizes.window_per_cell;
-        s.recurrent_bytes_per_slot = sizes.per_slot;
+        s.ready = true;
     });
     let ctx_limit = parts.config.ctx_per_seq.min(model.facts.n_ctx_train.max(1));
     let owner = Owner::new(rt, model.vocab.clone(), kind, ctx_limit, parts);

@@ -131,10 +131,9 @@ impl<B: Backend> Owner<B> {
                 continue;
             };
             let p = s.prompt.len();
-            // Not where it would leave a chunk just under the size llama.cpp
-            // computes efficiently (the prompt then takes no checkpoint).
-            let efficient = c.len != self.limits.min_chunk;
-            if p >= min && c.completes(p) && c.len > 1 && efficient && s.prompt_logprobs_off() {
+            // (A 65-token chunk, `EFFICIENT_CHUNK`, becomes 64: one slower
+            // step per prompt, for a checkpoint that saves recomputing it.)
+            if p >= min && c.completes(p) && c.len > 1 && s.prompt_logprobs_off() {
                 c.len -= 1;
             }
         }
