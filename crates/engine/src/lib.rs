@@ -316,7 +316,7 @@ fn bytes_per_cell(model: &model::LoadedModel, c: &EngineConfig) -> u64 {
     };
     let sizes =
         core::memstate::measure(&mut rt, kind, &model.tokenize("Hello, world", true, false));
-    let per_seq = sizes.per_seq(kind, c.ctx_per_seq, c.n_ubatch);
+    let per_seq = sizes.per_seq(kind, c.ctx_per_seq, core::runtime_params(c).n_ubatch);
     if per_seq == 0 {
         return plain;
     }

@@ -35,7 +35,12 @@ fn arch(name: &str) -> PathBuf {
 }
 
 async fn engine(path: PathBuf, prefix_cache: bool, ctx: u32) -> EngineHandle {
+    engine_with(path, prefix_cache, ctx, false).await
+}
+
+async fn engine_with(path: PathBuf, prefix_cache: bool, ctx: u32, unified: bool) -> EngineHandle {
     let mut c = EngineConfig::new(path);
+    c.kv_unified = unified;
     if ctx <= 1024 {
         // The random models: llama.cpp's window cache (window + ubatch,
         // padded to 256) is then 256 cells for the 32-token window of the
@@ -166,6 +171,15 @@ fn scenario(base: &[TokenId], branch: &[TokenId], short: u32, long: u32) -> Vec<
 /// step's output when `turns`) cache off, then on; returns the prompt
 /// tokens the cache-on run reused.
 async fn on_equals_off(path: PathBuf, ctx: u32, steps: Vec<Step>) -> (u32, EngineStats) {
+    on_equals_off_with(path, ctx, steps, false).await
+}
+
+async fn on_equals_off_with(
+    path: PathBuf,
+    ctx: u32,
+    steps: Vec<Step>,
+    unified: bool,
+) -> (u32, EngineStats) {
     let mut want: Vec<Vec<TokenId>> = Vec::new();
     let mut prompts: Vec<Vec<TokenId>> = Vec::new();
     let off = engine(path.clone(), false, ctx).await;
@@ -178,7 +192,7 @@ async fn on_equals_off(path: PathBuf, ctx: u32, steps: Vec<Step>) -> (u32, Engin
         prompts.push(p);
     }
     let _ = tokio::task::spawn_blocking(move || off.stop()).await;
-    let on = engine(path.clone(), true, ctx).await;
+    let on = engine_with(path.clone(), true, ctx, unified).await;
     let mut reused = 0;
     for (i, st) in steps.iter().enumerate() {
         if st.cancel_first {
@@ -261,6 +275,20 @@ async fn random_arch(name: &str, kind: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_gemma3_small_window() {
     random_arch("gemma3", "sliding_window").await;
+}
+
+/// One KV pool for every slot (`--kv-unified`): a slot's step may overwrite
+/// another idle slot's old window cells.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_gemma3_small_window_in_a_unified_pool() {
+    let path = arch("gemma3");
+    let base = tokens(path.clone(), &log_text(12)).await;
+    let mut branch = base[..base.len() - 10].to_vec();
+    branch.extend(&base[20..28]);
+    let steps = scenario(&base, &branch, 12, 300);
+    let (reused, st) = on_equals_off_with(path, 1024, steps, true).await;
+    assert_eq!(st.memory_kind, "sliding_window");
+    assert!(reused > base.len() as u32, "{reused} tokens reused");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

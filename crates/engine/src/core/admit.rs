@@ -74,7 +74,7 @@ impl<B: Backend> Owner<B> {
             let host_len = self
                 .host
                 .best(self.prefix_key, &r.prompt, |e, m| {
-                    self.memory.direct_from(e.lo, e.tokens.len(), m)
+                    self.memory.saved_reach(e.lo, e.tokens.len(), m)
                 })
                 .map_or(0, |(_, len)| len);
             let mut restore = eligible && host_len > reuse_len + self.host.min_tokens;
@@ -143,7 +143,11 @@ impl<B: Backend> Owner<B> {
                     if self.cells.len(slot) >= len + self.host.min_tokens {
                         self.spill(e);
                     }
-                    (slot, self.rewind(slot, len))
+                    let reused = self.rewind(slot, len);
+                    // A checkpoint the runtime refused: the prefix is
+                    // computed after all, so reserve it.
+                    permit.unconsume((len - reused) as u64);
+                    (slot, reused)
                 }
                 (Some(Reuse::Copy { src_slot, len }), _) => {
                     // The source (pinned above) is read at the next decode.
@@ -165,7 +169,7 @@ impl<B: Backend> Owner<B> {
                     let saved = if restore {
                         self.host
                             .best(self.prefix_key, &w.sub.req.prompt, |e, m| {
-                                self.memory.direct_from(e.lo, e.tokens.len(), m)
+                                self.memory.saved_reach(e.lo, e.tokens.len(), m)
                             })
                             .filter(|&(_, len)| len > reuse_len + self.host.min_tokens)
                             .and_then(|(i, len)| Some((self.host.take(i)?, len)))

@@ -314,7 +314,15 @@ impl Backend for FakeBackend {
         let kv = self.kv.get(slot)?;
         let mut out = Vec::new();
         if self.memory != FakeMemory::Attention {
-            out.extend((self.lo[slot] as u64).to_le_bytes());
+            // As llama.cpp, window cells outside the last position's window
+            // are not written.
+            let lo = match self.memory {
+                FakeMemory::Window { n_swa, .. } => {
+                    self.lo[slot].max(kv.len().saturating_sub(n_swa))
+                }
+                _ => self.lo[slot],
+            };
+            out.extend((lo as u64).to_le_bytes());
             out.extend(self.state[slot].to_le_bytes());
         }
         out.extend(kv.iter().flat_map(|t| t.to_le_bytes()));

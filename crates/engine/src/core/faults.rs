@@ -45,7 +45,7 @@ impl<B: Backend> Owner<B> {
             .copied()
             .chain(plan.chunks.iter().map(|c| c.key))
             .collect();
-        let mut lost = Vec::new();
+        let mut undone = Vec::new();
         for seq in self.seqs.iter_mut().filter(|s| keys.contains(&s.key)) {
             let chunk_start = plan
                 .chunks
@@ -53,16 +53,25 @@ impl<B: Backend> Owner<B> {
                 .find(|c| c.key == seq.key)
                 .map(|c| c.start);
             seq.undo_step(chunk_start, plan.decode.contains(&seq.key));
-            let keep = seq.n_past();
-            if !self.rt.truncate_slot(seq.slot, keep) {
-                // A recurrent state cannot be cut back to before the step.
-                lost.push(seq.key);
-            }
-            self.cells.truncate(seq.slot, keep as usize);
-            self.memory.truncate(seq.slot, keep as usize);
+            undone.push((seq.key, seq.slot, seq.n_past()));
         }
+        let mut lost = Vec::new();
+        for (key, slot, keep) in undone {
+            // The ubatches llama.cpp applied before the failure may have
+            // overwritten window cells the retry needs; a recurrent state
+            // cannot be cut back at all.
+            let cut = self.rt.truncate_slot(slot, keep);
+            self.cells.truncate(slot, keep as usize);
+            self.memory.truncate(slot, keep as usize);
+            self.sync_lo(slot);
+            let keep = keep as usize;
+            if !cut || self.memory.direct(slot, keep, keep) < keep {
+                lost.push(key);
+            }
+        }
+        self.sync_shared_lo();
         if !lost.is_empty() {
-            tracing::error!(error = %e, sequences = lost.len(), "step failed and its recurrent state cannot be rewound; failing its sequences");
+            tracing::error!(error = %e, sequences = lost.len(), "step failed and its state cannot be rewound (recurrent, or window cells overwritten); failing its sequences");
             self.suspects.retain(|k| !lost.contains(k));
             self.fail(&lost, e.to_string());
             if lost.len() == keys.len() {

@@ -39,6 +39,10 @@ pub(super) struct SlotMemory {
     cps: Vec<Vec<Checkpoint>>,
     pub budget: u64,
     bytes: u64,
+    /// The model's sliding window, also under `--swa-full` (full
+    /// attention in place): llama.cpp's whole-state save leaves out the
+    /// window cells outside the window of the last position.
+    pub saved_window: usize,
 }
 
 /// A prefix of a slot a request can start from.
@@ -61,6 +65,10 @@ impl SlotMemory {
                 budget
             },
             bytes: 0,
+            saved_window: match kind {
+                MemoryKind::Window { n_swa } => n_swa as usize,
+                _ => 0,
+            },
         }
     }
 
@@ -93,13 +101,7 @@ impl SlotMemory {
         let m = m.min(len);
         match self.kind {
             MemoryKind::Attention => m,
-            MemoryKind::Window { n_swa } => {
-                if lo == 0 || m >= lo + n_swa as usize {
-                    m
-                } else {
-                    0
-                }
-            }
+            MemoryKind::Window { n_swa } => window_reach(lo, n_swa as usize, m),
             MemoryKind::Recurrent { .. } => {
                 if m == len {
                     m
@@ -107,6 +109,19 @@ impl SlotMemory {
                     0
                 }
             }
+        }
+    }
+
+    /// The same for state saved whole (the host tier): its window holds
+    /// only the last position's window, whatever the slot held, so a window
+    /// model's saved state restarts only near its end.
+    pub fn saved_reach(&self, lo: usize, len: usize, m: usize) -> usize {
+        let w = self.saved_window;
+        let m = m.min(len);
+        match self.kind {
+            MemoryKind::Recurrent { .. } => self.direct_from(lo, len, m),
+            _ if w > 0 => window_reach(lo.max(len.saturating_sub(w)), w, m),
+            _ => m,
         }
     }
 
@@ -272,6 +287,36 @@ mod tests {
     }
 
     #[test]
+    fn saved_window_state_restarts_only_within_its_last_window() {
+        let mut m = SlotMemory::new(MemoryKind::Window { n_swa: 8 }, 1, 0);
+        assert_eq!(m.saved_reach(0, 30, 30), 30, "the last window: 22..30");
+        assert_eq!(
+            m.saved_reach(0, 30, 29),
+            0,
+            "position 29's window (conservatively) 21..29"
+        );
+        assert_eq!(
+            m.saved_reach(0, 30, 25),
+            0,
+            "position 25's window reaches 18"
+        );
+        assert_eq!(
+            m.saved_reach(0, 6, 3),
+            3,
+            "shorter than a window: all of it"
+        );
+        m.kind = MemoryKind::Attention;
+        m.saved_window = 8;
+        assert_eq!(
+            m.saved_reach(0, 30, 25),
+            0,
+            "full attention in place, not once saved"
+        );
+        m.saved_window = 0;
+        assert_eq!(m.saved_reach(0, 30, 25), 25);
+    }
+
+    #[test]
     fn recurrent_reuse_is_the_whole_or_a_checkpoint() {
         let mut m = SlotMemory::new(MemoryKind::Recurrent { hybrid: false }, 1, 1 << 20);
         assert!(!m.rewinds());
@@ -297,8 +342,8 @@ mod tests {
         assert_eq!(s.per_seq(w, 4096, 512), 4096 * 10 + 1024 * 100 + 7);
         assert_eq!(
             s.per_seq(w, 600, 512),
-            600 * 10 + 600 * 100 + 7,
-            "never past ctx"
+            600 * 10 + 768 * 100 + 7,
+            "the smaller, padded, as llama.cpp"
         );
         assert_eq!(
             s.per_seq(MemoryKind::Window { n_swa: 32 }, 4096, 64),
@@ -335,12 +380,21 @@ impl Sizes {
     /// its window (llama.cpp's SWA cache: window + ubatch, padded to 256,
     /// never more than `ctx`) and its recurrent state.
     pub fn per_seq(&self, kind: MemoryKind, ctx: u32, n_ubatch: u32) -> u64 {
+        // (llama.cpp: the smaller of the two, then padded to 256.)
         let window = match kind {
-            MemoryKind::Window { n_swa } => (n_swa + n_ubatch).div_ceil(256) * 256,
+            MemoryKind::Window { n_swa } => (n_swa + n_ubatch).min(ctx).div_ceil(256) * 256,
             _ => 0,
-        }
-        .min(ctx);
+        };
         u64::from(ctx) * self.per_cell + u64::from(window) * self.window_per_cell + self.per_slot
+    }
+}
+
+/// A window model's reach: `m` when the next token's window is held.
+fn window_reach(lo: usize, n_swa: usize, m: usize) -> usize {
+    if lo == 0 || m >= lo + n_swa {
+        m
+    } else {
+        0
     }
 }
 

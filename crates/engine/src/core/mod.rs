@@ -93,7 +93,7 @@ fn max_step_prompt(c: &EngineConfig) -> usize {
     c.prompt_budget + expedite
 }
 
-fn runtime_params(c: &EngineConfig) -> RuntimeParams {
+pub(crate) fn runtime_params(c: &EngineConfig) -> RuntimeParams {
     let n_batch = (max_step_prompt(c) + c.max_seqs).max(8) as u32;
     RuntimeParams {
         n_seqs: c.max_seqs,
@@ -180,7 +180,8 @@ fn owner_main(args: OwnerArgs, ok: std::sync::mpsc::SyncSender<Result<(), LoadEr
         s.ready = true;
     });
     let ctx_limit = parts.config.ctx_per_seq.min(model.facts.n_ctx_train.max(1));
-    let owner = Owner::new(rt, model.vocab.clone(), kind, ctx_limit, parts);
+    let mut owner = Owner::new(rt, model.vocab.clone(), kind, ctx_limit, parts);
+    owner.memory.saved_window = model.facts.n_swa as usize;
     faults::run(owner);
 }
 
@@ -318,7 +319,16 @@ impl<B: Backend> Owner<B> {
         };
         let mut cache = PrefixCache::new(c.prefix_cache, c.prefix_copy_min, c.kv_unified);
         cache.exact = kind == MemoryKind::Attention;
-        cache.copies = !matches!(kind, MemoryKind::Recurrent { .. });
+        // No copies of a recurrent state (a copy cannot be cut short), nor
+        // of window cells in a unified pool: llama.cpp never overwrites a
+        // cell two sequences hold, so shared cells behind both windows
+        // would fill its window pool (`n_swa * slots + ubatch` cells) until
+        // a step finds no room.
+        cache.copies = match kind {
+            MemoryKind::Recurrent { .. } => false,
+            MemoryKind::Window { .. } => !c.kv_unified,
+            MemoryKind::Attention => true,
+        };
         let state_base = rt.state_bytes();
         Owner {
             rt,

@@ -49,6 +49,16 @@ impl<B: Backend> Owner<B> {
 
     /// Read back the lowest position a slot's layers still hold (a
     /// sliding-window cache overwrites old cells as the slot grows).
+    /// Every slot's window, in a shared (unified) pool: another slot's
+    /// step or restore may overwrite an idle slot's old window cells.
+    pub(super) fn sync_shared_lo(&mut self) {
+        if self.cache.share {
+            for slot in 0..self.config.max_seqs {
+                self.sync_lo(slot);
+            }
+        }
+    }
+
     pub(super) fn sync_lo(&mut self, slot: usize) {
         if matches!(self.memory.kind, crate::model::MemoryKind::Window { .. }) {
             let min = self.rt.slot_pos_min(slot);
@@ -77,6 +87,7 @@ impl<B: Backend> Owner<B> {
         self.cells.truncate(slot, len);
         self.memory.truncate(slot, len);
         self.sync_lo(slot);
+        self.sync_shared_lo();
         self.stats.send_modify(|s| s.checkpoint_restores += 1);
         len
     }
@@ -102,6 +113,7 @@ impl<B: Backend> Owner<B> {
                 self.take_checkpoint(slot);
             }
         }
+        self.sync_shared_lo();
         let cells = &self.cells;
         let held = self.memory.window_cells(|s| cells.len(s));
         let recurrent = match self.memory.kind {
@@ -133,7 +145,7 @@ impl<B: Backend> Owner<B> {
             let p = s.prompt.len();
             // (A 65-token chunk, `EFFICIENT_CHUNK`, becomes 64: one slower
             // step per prompt, for a checkpoint that saves recomputing it.)
-            if p >= min && c.completes(p) && c.len > 1 && s.prompt_logprobs_off() {
+            if p > min && c.completes(p) && c.len > 1 && s.prompt_logprobs_off() {
                 c.len -= 1;
             }
         }
@@ -144,12 +156,14 @@ impl<B: Backend> Owner<B> {
     /// but not what this one generates after it.
     pub(super) fn take_checkpoint(&mut self, slot: usize) {
         let len = self.cells.len(slot);
-        if len < self.config.checkpoint_min_tokens
-            || !self.memory.wants(self.rt.slot_state_size(slot, true))
-        {
+        if len < self.config.checkpoint_min_tokens || !self.memory.wants(0) {
             return;
         }
-        if let Some(data) = self.rt.save_partial(slot) {
+        if let Some(data) = self
+            .rt
+            .save_partial(slot)
+            .filter(|d| self.memory.wants(d.len()))
+        {
             self.memory.add(slot, len, data, self.next_key);
             let (n, b) = (self.memory.count(), self.memory.bytes());
             self.stats.send_modify(|s| {
@@ -191,7 +205,12 @@ impl<B: Backend> Owner<B> {
         };
         let mut freed = false;
         for slot in slots {
-            if cut == 0 {
+            // A cut that leaves nothing a request could start from (a
+            // recurrent state cut short, a window behind its cells, no
+            // checkpoint below) evicts the entry whole.
+            let len = self.cells.len(slot);
+            let gone = !self.memory.rewinds() || self.memory.reach(slot, len, cut, true).len == 0;
+            if cut == 0 || gone {
                 freed |= self.evict(slot);
             } else if self.cache.contains_slot(slot) {
                 let t = std::time::Instant::now();
@@ -305,7 +324,13 @@ impl<B: Backend> Owner<B> {
     ) -> usize {
         let t = std::time::Instant::now();
         // The restored cells must cover the prefix.
-        let ok = self.rt.restore_slot(slot, &e.data) && self.rt.slot_len(slot) >= len;
+        let mut ok = self.rt.restore_slot(slot, &e.data) && self.rt.slot_len(slot) >= len;
+        if ok {
+            // What the runtime really restored must reach `len`.
+            let have = self.rt.slot_len(slot);
+            let lo = self.rt.slot_pos_min(slot).unwrap_or(have);
+            ok = self.memory.saved_reach(lo, have, len) >= len;
+        }
         if ok {
             // `best` picked `len` where the saved state reaches (a window's
             // or a recurrent state's cut is then valid, or none is needed).
@@ -313,6 +338,7 @@ impl<B: Backend> Owner<B> {
             self.cells
                 .extend(slot, e.key, &e.tokens[..len], self.next_key);
             self.sync_lo(slot);
+            self.sync_shared_lo();
         } else {
             self.kv_clear(slot);
         }

@@ -218,6 +218,13 @@ fn the_host_tier_restores_window_and_recurrent_state_only_where_it_reaches() {
         // `b` takes the only slot: `a`'s state goes to the host tier.
         run(&mut h, &b, 4, "b");
         assert!(h.stats.borrow().prefix_spills >= 1, "{memory:?}");
+        // Saved whole, a window holds only its last position's window: a
+        // prompt sharing most but not the end of it restores nothing.
+        let early = [&a[..30], &text(14, 6)[..]].concat();
+        let (got, reused) = run(&mut h, &early, 4, "a-early");
+        assert_eq!(got, cold(memory, &early, 4), "{memory:?}");
+        assert_eq!(reused, 0, "{memory:?}: the saved state does not reach 30");
+        run(&mut h, &b, 4, "b-again");
         let next = [&a[..], &out_a[..3], &text(10, 5)].concat();
         let (got, reused) = run(&mut h, &next, 6, "a-next");
         assert_eq!(got, cold(memory, &next, 6), "{memory:?}");
