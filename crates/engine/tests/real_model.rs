@@ -345,10 +345,16 @@ async fn long_prompt_does_not_freeze_decoders_and_outputs_match_solo() {
             !during.is_empty(),
             "decoder {i} produced nothing during the long prefill"
         );
-        // Sanity bound only (the target is met in benchmarks, not tests).
+        // Structure, not speed (the target is met in benchmarks): a decoder
+        // frozen by the prefill would wait for all of it; relative, so a
+        // loaded machine slows both alike.
+        let prefill = long_done.duration_since(long_sent);
         for w in times.windows(2) {
             let gap = w[1].duration_since(w[0]);
-            assert!(gap < Duration::from_secs(2), "decoder {i} stalled {gap:?}");
+            assert!(
+                gap < prefill / 2,
+                "decoder {i} stalled {gap:?} during a {prefill:?} prefill"
+            );
         }
     }
     // Stats are published at the end of the owner's iteration: poll briefly.
