@@ -661,6 +661,11 @@ pub fn render_phase(o: &mut String, e: &EngineStats, drain: Option<std::time::Du
     );
     let _ = writeln!(
         o,
+        "# HELP steward_memory_kind_info How the model's memory holds a sequence (attention, sliding_window, recurrent, hybrid) and its window\n# TYPE steward_memory_kind_info gauge\nsteward_memory_kind_info{{kind=\"{}\",swa_window=\"{}\"}} 1",
+        e.memory_kind, e.swa_window
+    );
+    let _ = writeln!(
+        o,
         "# HELP vllm:cache_config_info KV cache layout (vLLM name; one cell per block)\n# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{{block_size=\"1\",num_gpu_blocks=\"{}\"}} 1",
         e.kv_cells_total
     );
