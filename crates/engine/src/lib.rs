@@ -93,6 +93,10 @@ pub struct EngineConfig {
     pub checkpoint_bytes: u64,
     /// Prompts shorter than this take no checkpoint.
     pub checkpoint_min_tokens: usize,
+    /// Also a checkpoint at the end of a prompt chunk this many tokens past
+    /// the slot's last one (a later prompt sharing only the start, e.g. a
+    /// system prompt, starts there); 0: only near a prompt's end.
+    pub checkpoint_interval: usize,
     pub n_gpu_layers: u32,
     /// Bounded queue of submitted, not yet admitted requests.
     pub max_waiting: usize,
@@ -182,6 +186,7 @@ impl EngineConfig {
             swa_full: false,
             checkpoint_bytes: 256 << 20,
             checkpoint_min_tokens: 64,
+            checkpoint_interval: 512,
             n_gpu_layers: 0,
             max_waiting: 256,
             outbox_capacity: 64,

@@ -52,6 +52,7 @@ async fn engine_with(path: PathBuf, prefix_cache: bool, ctx: u32, unified: bool)
     c.prompt_budget = 512;
     c.prefix_cache = prefix_cache;
     c.checkpoint_min_tokens = 16;
+    c.checkpoint_interval = 128;
     c.prefix_host_bytes = 64 << 20;
     c.prefix_host_min = 32;
     c.progress = false;
@@ -257,10 +258,33 @@ async fn batched_equals_alone(path: PathBuf, a: &[TokenId], b: &[TokenId]) {
     let _ = tokio::task::spawn_blocking(move || h.stop()).await;
 }
 
+/// Two requests sharing only a long system prompt: the second restarts
+/// from a checkpoint inside the shared part (taken every 128 tokens at a
+/// chunk's end), with the output of a cold run.
+async fn shared_system_prompt(path: PathBuf, base: &[TokenId]) {
+    let a = [base, &base[5..15]].concat();
+    let b = [base, &base[40..50]].concat();
+    let off = engine(path.clone(), false, 1024).await;
+    let want = run(&off, &b, 12).await.0;
+    let _ = tokio::task::spawn_blocking(move || off.stop()).await;
+    let on = engine(path.clone(), true, 1024).await;
+    run(&on, &a, 12).await;
+    let (got, cached) = run(&on, &b, 12).await;
+    assert_eq!(got, want, "{}", path.display());
+    assert!(
+        cached >= 128 && cached as usize <= base.len(),
+        "{}: {cached} reused of a {}-token shared prefix",
+        path.display(),
+        base.len()
+    );
+    let _ = tokio::task::spawn_blocking(move || on.stop()).await;
+}
+
 async fn random_arch(name: &str, kind: &str) {
     let path = arch(name);
     let base = tokens(path.clone(), &log_text(12)).await;
     batched_equals_alone(path.clone(), &base, &base[10..]).await;
+    shared_system_prompt(path.clone(), &base).await;
     let mut branch = base[..base.len() - 10].to_vec();
     branch.extend(&base[20..28]);
     let (reused, st) = on_equals_off(path, 1024, scenario(&base, &branch, 12, 300)).await;

@@ -223,6 +223,11 @@ struct ServeArgs {
     /// Prompts shorter than this take no checkpoint.
     #[arg(long, default_value_t = 64)]
     checkpoint_min_tokens: usize,
+    /// Also a checkpoint at the end of a prompt chunk this many tokens past
+    /// the slot's last one, so a prompt sharing only the start of another
+    /// (a system prompt) restarts there (0: only near a prompt's end).
+    #[arg(long, default_value_t = 512)]
+    checkpoint_interval: usize,
     /// Prefix cache: keep finished requests' KV state in idle slots and
     /// reuse it for prompts that start with the same tokens
     /// (`--prefix-cache false` to turn it off).
@@ -536,6 +541,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
     c.swa_full = a.swa_full;
     c.checkpoint_bytes = a.checkpoint_mb << 20;
     c.checkpoint_min_tokens = a.checkpoint_min_tokens;
+    c.checkpoint_interval = a.checkpoint_interval;
     c.prefix_cache = a.prefix_cache;
     c.prefix_copy_min = a.prefix_copy_min;
     c.device_sampling = a.device_sampling;

@@ -16,13 +16,16 @@
 //! window cells, the recurrent state; llama.cpp's partial sequence state)
 //! saved when the slot held `len` cells. Restored into the same slot, whose
 //! other cells still hold the same tokens, it makes `len` reusable again.
-//! Checkpoints live in host memory under one byte budget, at most
-//! `PER_SLOT` per slot, least recently used first out.
+//! Checkpoints are taken one token before a prompt's end and, for a
+//! recurrent or hybrid model, at every multiple of `--checkpoint-interval`
+//! (prompt chunks are cut there). They live in
+//! host memory under one byte budget, at most `PER_SLOT` per slot, least
+//! recently used first out.
 
 use crate::model::MemoryKind;
 
 /// Checkpoints kept per slot (the newest).
-pub(super) const PER_SLOT: usize = 4;
+pub(super) const PER_SLOT: usize = 8;
 
 #[derive(Debug)]
 pub(super) struct Checkpoint {
@@ -356,19 +359,21 @@ mod tests {
     #[test]
     fn checkpoints_stay_within_budget_and_per_slot_cap_lru_first() {
         let mut m = SlotMemory::new(MemoryKind::Recurrent { hybrid: true }, 2, 300);
-        for (i, len) in [10, 20, 30, 40, 50].into_iter().enumerate() {
+        for (i, len) in (1..=PER_SLOT + 1).map(|k| 10 * k).enumerate() {
             m.add(0, len, vec![0; 10], i as u64);
         }
-        assert_eq!(
-            m.positions(0),
-            vec![20, 30, 40, 50],
-            "per-slot cap: oldest out"
-        );
-        m.add(1, 5, vec![0; 280], 10);
+        let kept: Vec<usize> = (2..=PER_SLOT + 1).map(|k| 10 * k).collect();
+        assert_eq!(m.positions(0), kept, "per-slot cap: oldest out");
+        m.add(1, 5, vec![0; 280], 100);
         assert!(m.bytes() <= 300);
         assert_eq!(m.positions(1), vec![5]);
-        assert_eq!(m.positions(0), vec![40, 50], "global LRU out first");
-        m.add(1, 6, vec![0; 400], 11);
+        let newest = 10 * (PER_SLOT + 1);
+        assert_eq!(
+            m.positions(0),
+            vec![newest - 10, newest],
+            "global LRU out first"
+        );
+        m.add(1, 6, vec![0; 400], 101);
         assert_eq!(m.positions(1), vec![5], "larger than the budget: not kept");
         let none = SlotMemory::new(MemoryKind::Attention, 1, 300);
         assert!(!none.wants(1), "full attention takes no checkpoints");

@@ -99,17 +99,26 @@ impl<B: Backend> Owner<B> {
         if self.memory.kind == crate::model::MemoryKind::Attention {
             return;
         }
+        // (slot, a checkpoint is due: one token before the prompt's end, or
+        // a chunk's end an interval past the slot's last checkpoint)
+        let every = match self.memory.kind {
+            crate::model::MemoryKind::Recurrent { .. } => self.config.checkpoint_interval,
+            _ => 0,
+        };
         let mut touched: Vec<(usize, bool)> = Vec::new();
         for s in &self.seqs {
             if plan.decode.contains(&s.key) {
                 touched.push((s.slot, false));
             } else if let Some(c) = plan.chunks.iter().find(|c| c.key == s.key) {
-                touched.push((s.slot, c.start + c.len + 1 == s.prompt.len()));
+                let end = c.start + c.len;
+                let near_end = end + 1 == s.prompt.len();
+                let interval = every > 0 && end < s.prompt.len() && end.is_multiple_of(every);
+                touched.push((s.slot, near_end || interval));
             }
         }
-        for (slot, completed) in touched {
+        for (slot, due) in touched {
             self.sync_lo(slot);
-            if completed && self.cache.enabled {
+            if due && self.cache.enabled {
                 self.take_checkpoint(slot);
             }
         }
@@ -129,24 +138,39 @@ impl<B: Backend> Owner<B> {
         });
     }
 
-    /// With checkpoints, a long prompt's chunk stops one token short of its
-    /// end: the checkpoint is taken there, where a repeat of the prompt
-    /// (which recomputes at least its last token) can start from it; the
-    /// last token rides in the next step.
+    /// With checkpoints, prompt chunks end where a checkpoint is taken:
+    /// one token short of a long prompt's end (where a repeat of the
+    /// prompt, which recomputes at least its last token, can start; the
+    /// last token rides in the next step) and, for a recurrent or hybrid
+    /// model, at every multiple of `--checkpoint-interval` (a later prompt
+    /// sharing only the start, e.g. a system prompt, restarts there).
     pub(super) fn stop_before_last(&mut self, plan: &mut super::scheduler::Plan) {
         if self.memory.budget == 0 || !self.cache.enabled {
             return;
         }
         let min = self.config.checkpoint_min_tokens.max(2);
+        let every = match self.memory.kind {
+            crate::model::MemoryKind::Recurrent { .. } => self.config.checkpoint_interval,
+            _ => 0,
+        };
         for c in &mut plan.chunks {
             let Some(s) = self.seqs.iter().find(|s| s.key == c.key) else {
                 continue;
             };
+            if !s.prompt_logprobs_off() {
+                continue;
+            }
             let p = s.prompt.len();
             // (A 65-token chunk, `EFFICIENT_CHUNK`, becomes 64: one slower
             // step per prompt, for a checkpoint that saves recomputing it.)
-            if p > min && c.completes(p) && c.len > 1 && s.prompt_logprobs_off() {
+            if p > min && c.completes(p) && c.len > 1 {
                 c.len -= 1;
+            }
+            if let Some(k) = c.start.checked_div(every) {
+                let boundary = (k + 1) * every;
+                if boundary < c.start + c.len && boundary >= min {
+                    c.len = boundary - c.start;
+                }
             }
         }
     }

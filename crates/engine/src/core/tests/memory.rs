@@ -256,3 +256,32 @@ fn a_restore_that_can_never_fit_is_computed_instead() {
     assert_eq!(got, cold(FakeMemory::Attention, &next, 20));
     h.assert_idle_cached();
 }
+
+/// Requests sharing only a system prompt: every `--checkpoint-interval`
+/// tokens a prompt chunk's end is checkpointed, so the second request
+/// restarts from the last checkpoint inside the shared part (a recurrent
+/// state otherwise only reuses whole).
+#[test]
+fn a_shared_system_prompt_restarts_from_an_interval_checkpoint() {
+    let mut c = cfg(2, true);
+    c.checkpoint_interval = 16;
+    let mut h = harness_kind(c, FakeMemory::Recurrent);
+    let system = text(15, 40);
+    let a = [&system[..], &text(16, 10)[..]].concat();
+    let b = [&system[..], &text(17, 10)[..]].concat();
+    run(&mut h, &a, 4, "a");
+    assert!(
+        h.owner
+            .memory
+            .positions(h.owner.cache.entries()[0].slot)
+            .len()
+            >= 3
+    );
+    let (got, reused) = run(&mut h, &b, 4, "b");
+    assert_eq!(got, cold(FakeMemory::Recurrent, &b, 4));
+    assert_eq!(
+        reused, 32,
+        "from the checkpoint at 32, inside the shared 40"
+    );
+    h.assert_idle_cached();
+}
