@@ -177,6 +177,10 @@ struct Think {
     markers: Option<(&'static str, &'static str)>,
     state: ThinkState,
     buf: String,
+    /// One open marker at most is skipped (the model's own after a
+    /// prompt-opened block); a second is reasoning text, however the
+    /// stream is cut.
+    may_skip_open: bool,
 }
 
 #[derive(Debug, PartialEq)]
@@ -199,6 +203,7 @@ impl Think {
             markers,
             state,
             buf: String::new(),
+            may_skip_open: true,
         }
     }
 
@@ -218,6 +223,7 @@ impl Think {
                     let t = self.buf.trim_start();
                     if let Some(rest) = t.strip_prefix(open) {
                         self.buf = rest.to_string();
+                        self.may_skip_open = false;
                         self.state = ThinkState::Inside { started: false };
                         continue;
                     }
@@ -234,10 +240,18 @@ impl Think {
                         if t.is_empty() && !end {
                             return;
                         }
-                        if !end && open.starts_with(t) && t.len() < open.len() {
+                        let skip = self.may_skip_open;
+                        if skip && !end && open.starts_with(t) && t.len() < open.len() {
                             return;
                         }
-                        let t = t.strip_prefix(open).unwrap_or(t).trim_start();
+                        let t = match t.strip_prefix(open) {
+                            Some(rest) if skip => {
+                                self.may_skip_open = false;
+                                rest
+                            }
+                            _ => t,
+                        }
+                        .trim_start();
                         if t.is_empty() && !end {
                             self.buf.clear();
                             return;
