@@ -281,19 +281,10 @@ async fn models_ready_and_request_id() {
     assert_eq!(m["kind"], "attention", "{m}");
     assert_eq!(m["checkpoints"], false);
     assert!(m["bytes_per_cell"].as_u64().unwrap() > 0, "{m}");
-    let text = s
-        .client
-        .get(format!("{}/metrics", s.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert!(
-        text.contains("steward_memory_kind_info{kind=\"attention\",swa_window=\"0\"} 1"),
-        "{text}"
-    );
+    let kind = s
+        .metric("steward_memory_kind_info{kind=\"attention\",swa_window=\"0\"}")
+        .await;
+    assert_eq!(kind, 1.0);
     let r = s
         .client
         .post(format!("{}/v1/chat/completions", s.base))
