@@ -148,6 +148,31 @@ pub struct EngineConfig {
     /// `--chat-template`: a label and the template's source, replacing the
     /// GGUF's.
     pub chat_template: Option<(String, String)>,
+    /// LoRA adapters loaded at start (more can be loaded while running).
+    pub adapters: Vec<AdapterSpec>,
+    /// With traffic of several adapter sets, steps a set keeps before the
+    /// next set's turn (`core/adapters.rs`).
+    pub adapter_slice: usize,
+}
+
+/// A LoRA adapter to load: its name (clients ask for `model:name`), its
+/// GGUF file, and the scale it runs at unless a request names another.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdapterSpec {
+    pub name: String,
+    pub path: PathBuf,
+    pub scale: f32,
+}
+
+/// A loaded adapter.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct AdapterInfo {
+    /// Index in load order (never reused while the engine runs).
+    pub id: usize,
+    pub name: String,
+    pub path: String,
+    /// Default scale.
+    pub scale: f32,
 }
 
 impl EngineConfig {
@@ -208,6 +233,8 @@ impl EngineConfig {
             prefix_host_bytes: 0,
             prefix_host_min: 128,
             chat_template: None,
+            adapters: Vec::new(),
+            adapter_slice: 1,
         }
     }
 }
@@ -237,6 +264,9 @@ pub struct GenerateRequest {
     /// Control tokens emitted as their text (`Preparer::markers`: the chat
     /// format's markers, read by the server's parser); others emit nothing.
     pub markers: Option<Arc<Vec<bool>>>,
+    /// LoRA adapters (id from `EngineHandle::adapters`, scale) the request
+    /// runs under; empty: the base model. Zero scales are dropped.
+    pub adapters: Vec<(usize, f32)>,
 }
 
 #[derive(Debug, thiserror::Error, Clone, PartialEq)]
@@ -259,6 +289,11 @@ pub(crate) enum Command {
     CancelAll,
     /// Stop the owner as if every handle had been dropped.
     Stop,
+    /// Load a LoRA adapter while running.
+    LoadAdapter(
+        AdapterSpec,
+        tokio::sync::oneshot::Sender<Result<AdapterInfo, String>>,
+    ),
 }
 
 /// What happens to a request whose client reads slower than it generates.
@@ -283,6 +318,10 @@ struct Shared {
     model: Arc<model::LoadedModel>,
     /// The owner thread, joined by `stop`.
     owner: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// What serving holds: weights, KV pool, buffers (`Loaded::need`).
+    footprint: u64,
+    /// LoRA adapters the owner has loaded (index = adapter id).
+    adapters: Arc<std::sync::RwLock<Vec<AdapterInfo>>>,
 }
 
 /// Cheap to clone; every clone talks to the same execution owner.
@@ -333,33 +372,64 @@ fn bytes_per_cell(model: &model::LoadedModel, c: &EngineConfig) -> u64 {
     per_seq.div_ceil(u64::from(c.ctx_per_seq.max(1)))
 }
 
-impl Engine {
-    /// Load the model, compute its identity, start the tokenizer pool and
-    /// the execution owner (which runs one warm-up step before it reports
-    /// ready). Returns as soon as the owner thread runs.
-    pub fn start(mut config: EngineConfig) -> Result<EngineHandle, LoadError> {
-        let t0 = Instant::now();
-        let model = Arc::new(model::LoadedModel::load(
-            &config.model_path,
-            config.progress,
-            config.n_gpu_layers,
-        )?);
-        let load_ms = t0.elapsed().as_secs_f64() * 1e3;
-        if let Some(budget) = config.memory_budget {
-            // Buffers besides weights and KV: compute graphs, runtime, HTTP;
-            // and the prefix cache's host tier, within its own budget.
+/// A model mapped and measured, not yet serving: what it will hold is
+/// known before its context exists, so a registry can make room first
+/// (`Engine::load`, then `Loaded::start`).
+pub struct Loaded {
+    model: Arc<model::LoadedModel>,
+    config: EngineConfig,
+    load_ms: f64,
+    bytes_per_cell: u64,
+}
+
+impl Loaded {
+    /// Bytes beside the weights and the KV pool: compute graphs, runtime
+    /// and HTTP buffers, and the host tiers' budgets.
+    fn overhead(&self) -> u64 {
+        (256u64 << 20) + self.config.prefix_host_bytes + self.config.checkpoint_bytes
+    }
+
+    /// What serving with `max_seqs` slots holds: weights, overhead and the
+    /// KV pool.
+    pub fn need(&self, max_seqs: usize) -> u64 {
+        self.model.facts.weights_bytes
+            + self.overhead()
+            + self.bytes_per_cell * u64::from(self.config.ctx_per_seq) * max_seqs as u64
+    }
+
+    /// What serving as configured holds.
+    pub fn full_need(&self) -> u64 {
+        self.need(self.config.max_seqs)
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    /// Compute the identity, start the tokenizer pool and the execution
+    /// owner, within `budget` bytes (fewer slots than configured when they
+    /// do not all fit; an error when not even one does).
+    pub fn start(self, budget: Option<u64>) -> Result<EngineHandle, LoadError> {
+        let Loaded {
+            model,
+            mut config,
+            load_ms,
+            bytes_per_cell,
+        } = self;
+        if let Some(budget) = budget {
             let overhead = (256u64 << 20) + config.prefix_host_bytes + config.checkpoint_bytes;
             let fit = memory::fit_sequences(
                 budget,
                 model.facts.weights_bytes,
                 overhead,
-                bytes_per_cell(&model, &config),
+                bytes_per_cell,
                 config.ctx_per_seq,
                 config.max_seqs,
             )
             .map_err(LoadError::Budget)?;
             if fit < config.max_seqs {
                 tracing::warn!(
+                    model = %config.served_name,
                     requested = config.max_seqs,
                     fit,
                     "memory budget: fewer sequences than --max-seqs"
@@ -368,9 +438,18 @@ impl Engine {
                 config.max_decode_seqs = config.max_decode_seqs.min(fit);
             }
         }
-        let identity = identity::ModelIdentity::compute(&config.model_path, &model)?;
+        let footprint = Loaded {
+            model: model.clone(),
+            config: config.clone(),
+            load_ms,
+            bytes_per_cell,
+        }
+        .full_need();
+        let mut identity = identity::ModelIdentity::compute(&config.model_path, &model)?;
+        identity.adapters = config.adapters.iter().map(|a| a.name.clone()).collect();
         tracing::info!(
             load_ms,
+            model = %config.served_name,
             identity = %identity.summary(),
             "model loaded"
         );
@@ -378,6 +457,7 @@ impl Engine {
         let (inbox_tx, inbox_rx) = mpsc::channel(config.max_waiting.max(1));
         let (stats_tx, stats_rx) = watch::channel(EngineStats::starting(&config, load_ms));
         let queued = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let adapters = Arc::new(std::sync::RwLock::new(Vec::new()));
         let owner = core::spawn(core::OwnerArgs {
             model: model.clone(),
             parts: core::OwnerParts {
@@ -386,6 +466,7 @@ impl Engine {
                 stats: stats_tx,
                 queued: queued.clone(),
                 prefix_key: identity.prefix_key(),
+                adapters: adapters.clone(),
             },
         })?;
         Ok(EngineHandle {
@@ -399,7 +480,37 @@ impl Engine {
                 drain_started: std::sync::OnceLock::new(),
                 model,
                 owner: std::sync::Mutex::new(Some(owner)),
+                footprint,
+                adapters,
             }),
+        })
+    }
+}
+
+impl Engine {
+    /// Load the model and start serving it (`load` then `start` within the
+    /// config's own memory budget). Returns as soon as the owner thread
+    /// runs; it reports ready after its warm-up step.
+    pub fn start(config: EngineConfig) -> Result<EngineHandle, LoadError> {
+        let budget = config.memory_budget;
+        Self::load(config)?.start(budget)
+    }
+
+    /// Map the model's weights and measure what a slot holds.
+    pub fn load(config: EngineConfig) -> Result<Loaded, LoadError> {
+        let t0 = Instant::now();
+        let model = Arc::new(model::LoadedModel::load(
+            &config.model_path,
+            config.progress,
+            config.n_gpu_layers,
+        )?);
+        let load_ms = t0.elapsed().as_secs_f64() * 1e3;
+        let bytes_per_cell = bytes_per_cell(&model, &config);
+        Ok(Loaded {
+            model,
+            config,
+            load_ms,
+            bytes_per_cell,
         })
     }
 }
@@ -407,6 +518,34 @@ impl Engine {
 impl EngineHandle {
     pub fn config(&self) -> &EngineConfig {
         &self.shared.config
+    }
+
+    /// What serving this model holds (weights, KV pool, buffers, host
+    /// tiers' budgets): what a registry counts against its budget.
+    pub fn footprint(&self) -> u64 {
+        self.shared.footprint
+    }
+
+    /// The LoRA adapters loaded now.
+    pub fn adapters(&self) -> Vec<AdapterInfo> {
+        self.shared
+            .adapters
+            .read()
+            .map(|a| a.clone())
+            .unwrap_or_default()
+    }
+
+    /// Load a LoRA adapter GGUF into the running engine (the owner loads
+    /// it between two steps).
+    pub async fn load_adapter(&self, spec: AdapterSpec) -> Result<AdapterInfo, String> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.shared
+            .inbox
+            .send(Command::LoadAdapter(spec, tx))
+            .await
+            .map_err(|_| "the engine is not running".to_string())?;
+        rx.await
+            .map_err(|_| "the engine stopped before loading the adapter".to_string())?
     }
     pub fn identity(&self) -> &ModelIdentity {
         &self.shared.identity

@@ -22,6 +22,7 @@ use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
 
+mod lora;
 mod state;
 pub use state::MemoryKind;
 
@@ -47,6 +48,9 @@ pub enum LoadError {
     /// The chat template cannot serve (does not compile, unknown name).
     #[error("{0}")]
     Template(String),
+    /// A LoRA adapter named at start did not load.
+    #[error("{0}")]
+    Adapter(String),
 }
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -391,6 +395,10 @@ impl LoadedModel {
             n_vocab: self.facts.n_vocab,
             device: vec![std::ptr::null_mut(); p.n_seqs],
             device_ban: vec![Vec::new(); p.n_seqs],
+            model: std::ptr::NonNull::new(model_ptr)
+                .ok_or_else(|| LoadError::Context("null model".into()))?,
+            adapters: Vec::new(),
+            active_adapters: Vec::new(),
             _model: std::marker::PhantomData,
         })
     }
@@ -458,6 +466,11 @@ pub struct Runtime<'m> {
     device: Vec<*mut llama_cpp_sys_2::llama_sampler>,
     /// The tokens each slot's device chain never picks.
     device_ban: Vec<Vec<TokenId>>,
+    /// The model (for loading adapters), alive for `'m`.
+    model: std::ptr::NonNull<llama_cpp_sys_2::llama_model>,
+    /// LoRA adapters this runtime loaded, and the set applied now.
+    adapters: Vec<lora::Adapter>,
+    active_adapters: Vec<(usize, f32)>,
     _model: std::marker::PhantomData<&'m LlamaModel>,
 }
 

@@ -49,6 +49,7 @@ fn request(prompt: Vec<TokenId>, max_tokens: u32) -> GenerateRequest {
         deadline: None,
         constraint: None,
         markers: None,
+        adapters: Vec::new(),
     }
 }
 

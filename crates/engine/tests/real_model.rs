@@ -61,6 +61,7 @@ fn request(prompt: Vec<TokenId>, max_tokens: u32, sampling: SamplingParams) -> G
         deadline: None,
         constraint: None,
         markers: None,
+        adapters: Vec::new(),
     }
 }
 

@@ -39,6 +39,9 @@ impl<B: Backend> Owner<B> {
             }
             budget -= 1;
             let r = &w.sub.req;
+            // State is reused only under the same adapter set.
+            let set = super::adapters::canonical(&r.adapters);
+            let pkey = super::adapters::key_for(self.prefix_key, &set);
             let need = admission::cells_needed(self.state_model, r.prompt.len(), r.max_tokens);
             if self.free_slots.is_empty() && self.cache.len() == 0 {
                 break;
@@ -47,7 +50,7 @@ impl<B: Backend> Owner<B> {
             let eligible = self.cache.enabled && !r.prompt_logprobs;
             // A long prefix that an admitted sequence is still computing:
             // wait for it and copy it, rather than compute it twice.
-            if eligible && self.sharing_pending(&r.prompt) {
+            if eligible && self.sharing_pending(&r.prompt, &set) {
                 break;
             }
             let reuse = if eligible {
@@ -55,7 +58,7 @@ impl<B: Backend> Owner<B> {
                 let free = !self.free_slots.is_empty();
                 let (memory, cells) = (&self.memory, &self.cells);
                 self.cache.lookup(
-                    self.prefix_key,
+                    pkey,
                     &r.prompt,
                     cells,
                     |s| fragments(&runs, s),
@@ -73,7 +76,7 @@ impl<B: Backend> Owner<B> {
             };
             let host_len = self
                 .host
-                .best(self.prefix_key, &r.prompt, |e, m| {
+                .best(pkey, &r.prompt, |e, m| {
                     self.memory.saved_reach(e.lo, e.tokens.len(), m)
                 })
                 .map_or(0, |(_, len)| len);
@@ -168,7 +171,7 @@ impl<B: Backend> Owner<B> {
                     // entries into the tier and moved its indices.)
                     let saved = if restore {
                         self.host
-                            .best(self.prefix_key, &w.sub.req.prompt, |e, m| {
+                            .best(pkey, &w.sub.req.prompt, |e, m| {
                                 self.memory.saved_reach(e.lo, e.tokens.len(), m)
                             })
                             .filter(|&(_, len)| len > reuse_len + self.host.min_tokens)

@@ -80,6 +80,19 @@ pub trait Backend {
     }
     /// Replace a slot's cells with saved state; false if refused.
     fn restore_slot(&mut self, slot: usize, data: &[u8]) -> bool;
+    /// Load a LoRA adapter; its index for `set_adapters`.
+    fn load_adapter(&mut self, _path: &std::path::Path) -> Result<usize, String> {
+        Err("this backend takes no adapters".into())
+    }
+    /// The adapters (index, scale) every later step runs under (empty: the
+    /// base model).
+    fn set_adapters(&mut self, set: &[(usize, f32)]) -> Result<(), String> {
+        if set.is_empty() {
+            Ok(())
+        } else {
+            Err("this backend takes no adapters".into())
+        }
+    }
 }
 
 impl Backend for Runtime<'_> {
@@ -142,5 +155,11 @@ impl Backend for Runtime<'_> {
     }
     fn restore_slot(&mut self, slot: usize, data: &[u8]) -> bool {
         Runtime::restore_slot(self, slot, data)
+    }
+    fn load_adapter(&mut self, path: &std::path::Path) -> Result<usize, String> {
+        Runtime::load_adapter(self, path)
+    }
+    fn set_adapters(&mut self, set: &[(usize, f32)]) -> Result<(), String> {
+        Runtime::set_adapters(self, set)
     }
 }

@@ -80,6 +80,14 @@ pub struct FakeBackend {
     /// The next restore is refused (as llama.cpp refuses a state that does
     /// not fit).
     pub refuse_restore: bool,
+    /// LoRA adapters "loaded" (their paths), the set applied now, how many
+    /// times it changed, and per slot the set its cells were computed
+    /// under: a token computed under another set than the slot's cells is
+    /// garbage, and each set shifts the tokens it computes.
+    pub adapters: Vec<std::path::PathBuf>,
+    pub active: Vec<(usize, f32)>,
+    pub adapter_switches: usize,
+    slot_tag: Vec<Option<u64>>,
 }
 
 impl FakeBackend {
@@ -89,6 +97,7 @@ impl FakeBackend {
             lo: vec![0; slots],
             state: vec![0; slots],
             corrupt: vec![false; slots],
+            slot_tag: vec![None; slots],
             ..Default::default()
         }
     }
@@ -128,6 +137,13 @@ impl FakeBackend {
                 self.next_token(h, pos + 1)
             }
         }
+    }
+
+    /// The active adapter set as a number (0: the base model).
+    fn tag(&self) -> u64 {
+        self.active.iter().fold(0u64, |h, &(i, s)| {
+            Self::mix(h ^ (i as u64 + 1), s.to_bits() as TokenId)
+        })
     }
 
     pub fn next_token(&self, last: TokenId, pos: u32) -> TokenId {
@@ -179,12 +195,25 @@ impl Backend for FakeBackend {
         self.step_sizes.push(self.batch.len());
         self.rows.clear();
         let batch = std::mem::take(&mut self.batch);
+        let tag = self.tag();
         for &(tok, pos, slot, want) in &batch {
+            match self.slot_tag[slot] {
+                Some(t) if t != tag => self.corrupt[slot] = true,
+                _ => self.slot_tag[slot] = Some(tag),
+            }
             self.kv[slot].push(tok);
             self.state[slot] = Self::mix(self.state[slot], tok);
             let mut l = vec![0.0f32; N_VOCAB];
             if want {
-                l[self.next_in(slot, tok, pos) as usize] = 1.0;
+                let t = self.next_in(slot, tok, pos);
+                // An adapter shifts the tokens it computes (never onto EOG).
+                let shift = (tag % (N_VOCAB as u64 - 1)) as TokenId;
+                let t = if t == EOG || shift == 0 {
+                    t
+                } else {
+                    1 + (t - 1 + shift) % (N_VOCAB as TokenId - 1)
+                };
+                l[t as usize] = 1.0;
             }
             if let FakeMemory::Window { size, .. } = self.memory {
                 // The stream is full: the lowest position is overwritten.
@@ -209,6 +238,7 @@ impl Backend for FakeBackend {
         self.lo[slot] = 0;
         self.state[slot] = 0;
         self.corrupt[slot] = false;
+        self.slot_tag[slot] = None;
     }
 
     fn truncate_slot(&mut self, slot: usize, from: u32) -> bool {
@@ -241,6 +271,7 @@ impl Backend for FakeBackend {
         self.lo[dst] = self.lo[src];
         self.state[dst] = self.state[src];
         self.corrupt[dst] = self.corrupt[src];
+        self.slot_tag[dst] = self.slot_tag[src];
         self.copies += 1;
     }
     fn slot_pos_min(&self, slot: usize) -> Option<usize> {
@@ -352,5 +383,22 @@ impl Backend for FakeBackend {
             .collect();
         self.restores += 1;
         true
+    }
+    fn load_adapter(&mut self, path: &std::path::Path) -> Result<usize, String> {
+        if path.as_os_str().to_string_lossy().contains("bad") {
+            return Err(format!("not an adapter: {}", path.display()));
+        }
+        self.adapters.push(path.to_path_buf());
+        Ok(self.adapters.len() - 1)
+    }
+    fn set_adapters(&mut self, set: &[(usize, f32)]) -> Result<(), String> {
+        if set.iter().any(|&(i, _)| i >= self.adapters.len()) {
+            return Err("unknown adapter".into());
+        }
+        if self.active != set {
+            self.active = set.to_vec();
+            self.adapter_switches += 1;
+        }
+        Ok(())
     }
 }

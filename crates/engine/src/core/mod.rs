@@ -17,6 +17,7 @@
 //! and dropping its `Permit` there releases its reservation exactly once.
 
 pub mod admission;
+mod adapters;
 mod admit;
 pub mod backend;
 #[cfg(test)]
@@ -71,6 +72,8 @@ pub(crate) struct OwnerParts {
     pub stats: watch::Sender<EngineStats>,
     pub queued: Arc<AtomicUsize>,
     pub prefix_key: PrefixKey,
+    /// The loaded adapters, published to the handle.
+    pub adapters: Arc<std::sync::RwLock<Vec<crate::AdapterInfo>>>,
 }
 
 /// A submitted request waiting for a slot: nothing allocated yet.
@@ -139,6 +142,9 @@ pub(crate) struct Owner<B: Backend> {
     /// Sequences of a failed step, to run alone until the cause is found
     /// (`faults.rs`).
     suspects: Vec<u64>,
+    /// Loaded LoRA adapters (published) and whose turn a step is.
+    adapters: Arc<std::sync::RwLock<Vec<crate::AdapterInfo>>>,
+    turns: adapters::Turns,
 }
 
 impl<B: Backend> Owner<B> {
@@ -218,6 +224,8 @@ impl<B: Backend> Owner<B> {
             cells: trie::CellTrie::new(c.kv_unified),
             n_batch: runtime_params(&c).n_batch as usize,
             suspects: Vec::new(),
+            adapters: args.adapters,
+            turns: adapters::Turns::default(),
             config: c,
         }
     }
@@ -304,6 +312,9 @@ impl<B: Backend> Owner<B> {
                 Command::Cancel(id) => self.cancel_by_id(&id),
                 Command::CancelAll => self.cancel_all(),
                 Command::Stop => self.inbox_closed = true,
+                Command::LoadAdapter(spec, reply) => {
+                    let _ = reply.send(self.load_adapter(&spec));
+                }
             }
         }
     }
@@ -392,8 +403,11 @@ impl<B: Backend> Owner<B> {
     fn step(&mut self) {
         let t_plan = Instant::now();
         self.set_budget();
-        let mut views: Vec<SeqView> = self.seqs.iter().map(Sequence::view).collect();
-        for (v, s) in views.iter_mut().zip(&self.seqs) {
+        // One adapter set per step (llama.cpp applies adapters per context).
+        let set = self.step_set();
+        let mut views: Vec<SeqView> = Vec::with_capacity(self.seqs.len());
+        for s in self.seqs.iter().filter(|s| s.adapters == set) {
+            let mut v = s.view();
             // A copy from this slot runs at the start of this step's decode.
             v.can_pad &= !self.pinned.contains(&s.slot);
             // In a unified pool a padded tail would cut into cells shared
@@ -401,6 +415,7 @@ impl<B: Backend> Owner<B> {
             v.can_pad &= !(self.cache.share && s.reused > 0);
             // A window or a recurrent state may not hold the earlier point.
             v.can_pad &= self.memory.kind == MemoryKind::Attention;
+            views.push(v);
         }
         let mut plan = scheduler::plan(&views, &self.limits);
         scheduler::pad_tails(&mut plan, &views);
@@ -409,6 +424,11 @@ impl<B: Backend> Owner<B> {
         let isolated = self.isolate(&mut plan);
         self.stop_before_last(&mut plan);
         if plan.is_empty() {
+            return;
+        }
+        if let Err(e) = self.rt.set_adapters(&set) {
+            let keys: Vec<u64> = views.iter().map(|v| v.key).collect();
+            self.fail(&keys, format!("the step's LoRA adapters could not be set: {e}"));
             return;
         }
         let t = Instant::now();
@@ -482,14 +502,15 @@ impl<B: Backend> Owner<B> {
         let t_overlap = Instant::now();
         let n_prompt: usize = plan.chunks.iter().map(|c| c.len).sum();
         let tick = self.next_key;
+        let pkey = adapters::key_for(self.prefix_key, &set);
         for &(slot, tok) in &decoded_tokens {
-            self.cells.extend(slot, self.prefix_key, &[tok], tick);
+            self.cells.extend(slot, pkey, &[tok], tick);
         }
         for c in &plan.chunks {
             if let Some(seq) = self.seqs.iter_mut().find(|s| s.key == c.key) {
                 self.cells.truncate(seq.slot, c.start);
                 let run = &seq.prompt[c.start..c.start + c.len];
-                self.cells.extend(seq.slot, self.prefix_key, run, tick);
+                self.cells.extend(seq.slot, pkey, run, tick);
                 seq.chunk_done(c);
             }
         }
@@ -609,7 +630,7 @@ impl<B: Backend> Owner<B> {
         } else {
             self.cache.insert(prefix::Entry {
                 slot: seq.slot,
-                key: self.prefix_key,
+                key: adapters::key_for(self.prefix_key, &seq.adapters),
                 last_used: self.next_key,
             });
         }

@@ -42,6 +42,8 @@ pub(super) enum Outcome {
 
 pub(super) struct Sequence {
     pub key: u64,
+    /// The LoRA adapter set it runs under (canonical; empty: the base).
+    pub adapters: super::adapters::AdapterSet,
     pub id: String,
     pub slot: usize,
     pub prompt: Vec<TokenId>,
@@ -101,6 +103,7 @@ impl Sequence {
         let reused = reused.min(r.prompt.len().saturating_sub(1));
         Sequence {
             key,
+            adapters: super::adapters::canonical(&r.adapters),
             id: r.id,
             slot,
             sampler: Sampler::new(r.sampling, &r.prompt),

@@ -288,12 +288,12 @@ impl<B: Backend> Owner<B> {
 
     /// Some admitted sequence is still prefilling a prefix of `prompt` of at
     /// least `--prefix-copy-min` tokens.
-    pub(super) fn sharing_pending(&self, prompt: &[TokenId]) -> bool {
+    pub(super) fn sharing_pending(&self, prompt: &[TokenId], set: &[(usize, f32)]) -> bool {
         if !self.cache.copies {
             return false;
         }
         let cap = prompt.len().saturating_sub(1);
-        self.seqs.iter().any(|s| {
+        self.seqs.iter().filter(|s| s.adapters == set).any(|s| {
             let shared = prefix::common_prefix(&s.prompt, prompt).min(cap);
             shared >= self.cache.copy_min && s.computed_prompt().len() < shared
         })

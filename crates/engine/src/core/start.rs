@@ -52,15 +52,32 @@ fn owner_main(args: OwnerArgs, ok: std::sync::mpsc::SyncSender<Result<(), LoadEr
     let OwnerArgs { model, parts } = args;
     let rss_before = crate::memory::rss_bytes().unwrap_or(0);
     let mut rt = match model.new_runtime(&runtime_params(&parts.config)) {
-        Ok(rt) => {
-            let _ = ok.send(Ok(()));
-            rt
-        }
+        Ok(rt) => rt,
         Err(e) => {
             let _ = ok.send(Err(e));
             return;
         }
     };
+    // The adapters named at start: one that does not load stops the start.
+    for a in &parts.config.adapters {
+        match rt.load_adapter(&a.path) {
+            Ok(id) => {
+                if let Ok(mut list) = parts.adapters.write() {
+                    list.push(crate::AdapterInfo {
+                        id,
+                        name: a.name.clone(),
+                        path: a.path.display().to_string(),
+                        scale: a.scale,
+                    });
+                }
+            }
+            Err(e) => {
+                let _ = ok.send(Err(LoadError::Adapter(format!("adapter {:?}: {e}", a.name))));
+                return;
+            }
+        }
+    }
+    let _ = ok.send(Ok(()));
     let t = Instant::now();
     if let Err(e) = warm_up(&mut rt, &model, &parts.config) {
         tracing::error!(error = %e, "warm-up step failed; engine stops");

@@ -61,6 +61,7 @@ fn request(
         deadline,
         constraint: None,
         markers: None,
+        adapters: Vec::new(),
     }
 }
 fn harness(c: EngineConfig) -> Harness {
@@ -82,6 +83,7 @@ fn harness_kind(c: EngineConfig, memory: FakeMemory) -> Harness {
             model: 7,
             ..Default::default()
         },
+        adapters: Default::default(),
     };
     let kind = match memory {
         FakeMemory::Attention => MemoryKind::Attention,
@@ -703,3 +705,5 @@ fn aligned_chunks_match_unaligned_output() {
     );
 }
 mod memory;
+
+mod adapters;

@@ -1,0 +1,1 @@
+//! Models fetched by name from a Hugging Face compatible hub.
