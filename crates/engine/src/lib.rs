@@ -322,6 +322,8 @@ struct Shared {
     footprint: u64,
     /// LoRA adapters the owner has loaded (index = adapter id).
     adapters: Arc<std::sync::RwLock<Vec<AdapterInfo>>>,
+    /// Unique per engine started in this process.
+    instance: u64,
 }
 
 /// Cheap to clone; every clone talks to the same execution owner.
@@ -482,6 +484,11 @@ impl Loaded {
                 owner: std::sync::Mutex::new(Some(owner)),
                 footprint,
                 adapters,
+                instance: {
+                    static NEXT: std::sync::atomic::AtomicU64 =
+                        std::sync::atomic::AtomicU64::new(1);
+                    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                },
             }),
         })
     }
@@ -518,6 +525,11 @@ impl Engine {
 impl EngineHandle {
     pub fn config(&self) -> &EngineConfig {
         &self.shared.config
+    }
+
+    /// This engine's number, unique in the process (clones share it).
+    pub fn instance(&self) -> u64 {
+        self.shared.instance
     }
 
     /// What serving this model holds (weights, KV pool, buffers, host

@@ -79,6 +79,10 @@ pub struct EngineStats {
     pub warmup_ms: f64,
     pub slots_total: usize,
     pub running: usize,
+    /// Adapters of admitted and of waiting requests (names, sorted; for
+    /// `vllm:lora_requests_info`).
+    pub lora_running: Vec<String>,
+    pub lora_waiting: Vec<String>,
     pub prefilling: usize,
     pub waiting: usize,
     /// Decoding sequences paused because their reader lags.

@@ -358,6 +358,18 @@ pub struct ModelCard {
     /// window, bytes per kind of state, whether checkpoints are taken.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<Value>,
+    /// Steward extension (llama-server router's shape): `{"value":
+    /// "loaded" | "loading" | "unloaded" | "failed", "error", "pinned",
+    /// "footprint_bytes", "load_ms", "loads", "unloads"}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<Value>,
+    /// For a LoRA adapter served as `base:adapter`: the base model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    /// For a LoRA adapter: its id (the `lora` field's `id`), name, file
+    /// and default scale.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adapter: Option<Value>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]

@@ -24,14 +24,18 @@ pub(crate) async fn apply_template(
     State(s): State<Shared>,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    let engine = s.eng()?;
+    let engine = crate::models::route(&s, &crate::models::Peek::of(&body))
+        .await?
+        .engine;
     let c = chat_prompt(&s, &body)?;
     let prompt = engine.preparer().render(c).await?;
     Ok(Json(json!({ "prompt": prompt })))
 }
 
 pub(crate) async fn render(State(s): State<Shared>, body: Bytes) -> Result<Json<Value>, ApiError> {
-    let engine = s.eng()?;
+    let engine = crate::models::route(&s, &crate::models::Peek::of(&body))
+        .await?
+        .engine;
     let c = chat_prompt(&s, &body)?;
     let prompt = engine.preparer().render(c.clone()).await?;
     let t = engine.preparer().chat(c).await?;
@@ -58,7 +62,9 @@ pub(crate) async fn tokenize(
     State(s): State<Shared>,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    let engine = s.eng()?;
+    let engine = crate::models::route(&s, &crate::models::Peek::of(&body))
+        .await?
+        .engine;
     let v: Value = validate::parse_json(&body)?;
     let content = match v.get("content") {
         Some(Value::String(c)) => c.clone(),
@@ -94,7 +100,9 @@ pub(crate) async fn detokenize(
     State(s): State<Shared>,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    let engine = s.eng()?;
+    let engine = crate::models::route(&s, &crate::models::Peek::of(&body))
+        .await?
+        .engine;
     let v: Value = validate::parse_json(&body)?;
     let bad = || ApiError::invalid_value("`tokens` must be an array of token IDs", "tokens");
     let tokens: Vec<i32> = v

@@ -12,9 +12,11 @@ pub mod conn;
 pub mod error;
 mod forcing;
 mod introspect;
+mod labels;
 pub mod limits;
 pub mod logprobs;
 pub mod metrics;
+mod models;
 pub mod output;
 mod reply;
 pub mod tools;
@@ -33,7 +35,6 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::json;
 use steward_engine::{EngineHandle, Event, GenerateRequest, PrepareError, Preparer};
-use steward_protocol as p;
 
 use crate::error::ApiError;
 use crate::output::OutputCtx;
@@ -41,11 +42,14 @@ use crate::reply::{collect, ctx_timeout, sse_response, ReplyCtx};
 use crate::validate::PromptInput;
 
 pub struct AppState {
-    /// Set once the model is loaded; until then the server answers
+    /// Set once the models are known; until then the server answers
     /// `/health`, and everything else says it is loading.
-    engine: std::sync::OnceLock<EngineHandle>,
+    registry: std::sync::OnceLock<Arc<steward_registry::Registry>>,
     pub api_key: Option<String>,
-    pub metrics: metrics::HttpMetrics,
+    /// HTTP metrics of requests no model was found for (`model=""`).
+    pub metrics: Arc<metrics::HttpMetrics>,
+    /// Each model's HTTP metrics.
+    model_metrics: std::sync::Mutex<std::collections::BTreeMap<String, Arc<metrics::HttpMetrics>>>,
     /// Interval of SSE comment pings while a stream has nothing to send.
     pub sse_keepalive: std::time::Duration,
     /// Longest any request may take, end to end (None: no limit).
@@ -118,9 +122,10 @@ impl AppState {
 
     pub fn with_options(o: ServerOptions) -> Arc<Self> {
         Arc::new(AppState {
-            engine: std::sync::OnceLock::new(),
+            registry: std::sync::OnceLock::new(),
             api_key: o.api_key.filter(|k| !k.is_empty()),
-            metrics: metrics::HttpMetrics::default(),
+            metrics: Arc::default(),
+            model_metrics: Default::default(),
             sse_keepalive: o.sse_keepalive,
             request_timeout: o.request_timeout,
             limits: o.limits,
@@ -135,19 +140,42 @@ impl AppState {
 type Shared = Arc<AppState>;
 
 impl AppState {
-    /// Attach the loaded engine (once).
+    /// Serve one engine already running (once).
     pub fn set_engine(&self, engine: EngineHandle) {
-        let _ = self.engine.set(engine);
+        self.set_registry(steward_registry::Registry::single(engine));
     }
 
-    pub fn engine(&self) -> Option<&EngineHandle> {
-        self.engine.get()
+    /// Serve the registry's models (once).
+    pub fn set_registry(&self, r: Arc<steward_registry::Registry>) {
+        let _ = self.registry.set(r);
     }
 
-    fn eng(&self) -> Result<&EngineHandle, ApiError> {
-        self.engine
+    /// The registry, once set.
+    pub fn models(&self) -> Option<Arc<steward_registry::Registry>> {
+        self.registry.get().cloned()
+    }
+
+    /// The default model's engine, when it is loaded.
+    pub fn engine(&self) -> Option<EngineHandle> {
+        self.registry.get()?.default_engine()
+    }
+
+    fn registry(&self) -> Result<&Arc<steward_registry::Registry>, ApiError> {
+        self.registry
             .get()
             .ok_or_else(|| ApiError::from(steward_engine::SubmitError::NotReady))
+    }
+
+    /// The default model's engine, or 503 while it is not loaded.
+    fn eng(&self) -> Result<EngineHandle, ApiError> {
+        self.engine()
+            .ok_or_else(|| ApiError::from(steward_engine::SubmitError::NotReady))
+    }
+
+    /// A model's HTTP metrics (created on first use; one per known model).
+    fn model_metrics(&self, model: &str) -> Arc<metrics::HttpMetrics> {
+        let mut g = self.model_metrics.lock().unwrap_or_else(|e| e.into_inner());
+        g.entry(model.to_string()).or_default().clone()
     }
 }
 
@@ -197,7 +225,10 @@ pub fn app(state: Shared) -> Router {
     let api = Router::new()
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/completions", post(completions))
-        .route("/v1/models", get(models))
+        .route("/v1/models", get(models::list))
+        .route("/admin/models/{name}/load", post(models::admin_load))
+        .route("/admin/models/{name}/unload", post(models::admin_unload))
+        .route("/admin/models/{name}/adapters", post(models::admin_adapter))
         .route("/v1/chat/completions/render", post(introspect::render))
         .route("/apply-template", post(introspect::apply_template))
         .route("/tokenize", post(introspect::tokenize))
@@ -433,31 +464,15 @@ async fn ready(State(s): State<Shared>) -> Response {
     }
 }
 
-fn now_secs() -> u64 {
+pub(crate) fn now_secs() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0)
 }
 
-async fn models(State(s): State<Shared>) -> Result<Json<p::ModelList>, ApiError> {
-    let engine = s.eng()?;
-    Ok(Json(p::ModelList {
-        object: "list".into(),
-        data: vec![p::ModelCard {
-            id: engine.config().served_name.clone(),
-            object: "model".into(),
-            created: now_secs(),
-            owned_by: "steward".into(),
-            identity: serde_json::to_value(engine.identity()).ok(),
-            chat_template: serde_json::to_value(engine.preparer().template_info()).ok(),
-            memory: Some(memory_card(&engine.stats(), engine.config())),
-        }],
-    }))
-}
-
 /// The `memory` block of a model card.
-fn memory_card(
+pub(crate) fn memory_card(
     st: &steward_engine::EngineStats,
     c: &steward_engine::EngineConfig,
 ) -> serde_json::Value {
@@ -473,26 +488,67 @@ fn memory_card(
     })
 }
 
+/// The default model's ledger (top level, as with one model), and every
+/// loaded model's under `models`.
 async fn debug_ledger(State(s): State<Shared>) -> Result<Json<serde_json::Value>, ApiError> {
     let l = s.eng()?.ledger();
     let mut v = serde_json::to_value(&l).unwrap_or_default();
     v["sum_of_terms"] = json!(l.sum());
+    let reg = s.registry()?;
+    let models: serde_json::Map<String, serde_json::Value> = reg
+        .loaded()
+        .into_iter()
+        .map(|(n, e)| (n, serde_json::to_value(e.ledger()).unwrap_or_default()))
+        .collect();
+    v["models"] = serde_json::Value::Object(models);
+    v["registry_budget"] = json!(reg.options().budget);
     Ok(Json(v))
 }
 
 async fn debug_requests(State(s): State<Shared>) -> Result<Json<serde_json::Value>, ApiError> {
-    let st = s.eng()?.stats();
-    Ok(Json(json!({ "requests": st.live })))
+    let reg = s.registry()?;
+    let mut live = Vec::new();
+    for (name, e) in reg.loaded() {
+        for r in e.stats().live {
+            let mut v = serde_json::to_value(&r).unwrap_or_default();
+            v["model"] = json!(name);
+            live.push(v);
+        }
+    }
+    Ok(Json(json!({ "requests": live })))
 }
 
+/// Every loaded model's engine and HTTP metrics labelled with the model,
+/// the requests no model was found for (`model=""`), and each known
+/// model's state.
 async fn metrics_text(State(s): State<Shared>) -> Response {
-    let Some(engine) = s.engine() else {
+    let Ok(reg) = s.registry() else {
         let body = "# HELP steward_phase Readiness phase (1 for the current one)\n# TYPE steward_phase gauge\nsteward_phase{phase=\"loading\"} 1\n";
         return ([("content-type", "text/plain; version=0.0.4")], body).into_response();
     };
-    let mut body = metrics::render(&engine.stats(), engine.waiting(), &s.metrics);
-    metrics::render_phase(&mut body, &engine.stats(), engine.drain_elapsed());
-    metrics::render_ledger(&mut body, &engine.ledger());
+    let mut blocks = Vec::new();
+    let loaded = reg.loaded();
+    for (name, engine) in &loaded {
+        let st = engine.stats();
+        let mut b = metrics::render(&st, engine.waiting());
+        metrics::render_phase(&mut b, &st, engine.drain_elapsed());
+        metrics::render_ledger(&mut b, &engine.ledger());
+        metrics::render_lora(&mut b, &st, engine.adapters().len());
+        metrics::render_http(&mut b, &s.model_metrics(name));
+        blocks.push((name.clone(), b));
+    }
+    for name in reg.names() {
+        if !loaded.iter().any(|(n, _)| *n == name) {
+            let mut b = String::new();
+            metrics::render_http(&mut b, &s.model_metrics(&name));
+            blocks.push((name, b));
+        }
+    }
+    let mut b = String::new();
+    metrics::render_http(&mut b, &s.metrics);
+    blocks.push((String::new(), b));
+    let mut body = labels::merge(&blocks);
+    models::render_states(&mut body, reg);
     ([("content-type", "text/plain; version=0.0.4")], body).into_response()
 }
 
@@ -533,21 +589,51 @@ async fn generate(s: Shared, headers: HeaderMap, body: Bytes, api: Api) -> Respo
         if api == Api::Chat { "chatcmpl" } else { "cmpl" },
         seq,
     );
-    let span = tracing::info_span!("request", request_id = %id);
-    let result = tracing::Instrument::instrument(run(&s, &id, seq, body, api, arrival), span).await;
-    let mut resp = match result {
-        Ok(r) => r,
-        Err(e) => {
-            tracing::info!(request_id = %id, status = e.status.as_u16(), code = e.code, "request rejected");
-            s.metrics.record_status(e.status.as_u16());
-            s.metrics.record_failure(e.code);
-            e.into_response()
-        }
+    let peek = models::Peek::of(&body);
+    // A stream whose model must load first answers at once and pings
+    // while it loads.
+    let waits = peek.stream() && s.registry().is_ok_and(|r| r.would_wait(peek.model()));
+    let fut = answer(s.clone(), id.clone(), seq, body, api, arrival, peek);
+    let mut resp = if waits {
+        s.model_metrics(peek_name(&s)).record_status(200);
+        models::loading_stream(&s, fut)
+    } else {
+        fut.await
     };
     if let Ok(v) = HeaderValue::from_str(&id) {
         resp.headers_mut().insert("x-request-id", v);
     }
     resp
+}
+
+/// The metrics a loading stream's 200 is counted in (the default model's:
+/// its own are counted again when it fails).
+fn peek_name(s: &Shared) -> &str {
+    s.registry.get().map_or("", |r| r.default_name())
+}
+
+async fn answer(
+    s: Shared,
+    id: String,
+    seq: u64,
+    body: Bytes,
+    api: Api,
+    arrival: Instant,
+    peek: models::Peek,
+) -> Response {
+    let span = tracing::info_span!("request", request_id = %id);
+    let result =
+        tracing::Instrument::instrument(run(&s, &id, seq, body, api, arrival, peek), span).await;
+    match result {
+        Ok(r) => r,
+        Err((e, m)) => {
+            tracing::info!(request_id = %id, status = e.status.as_u16(), code = e.code, "request rejected");
+            let m = m.unwrap_or_else(|| s.metrics.clone());
+            m.record_status(e.status.as_u16());
+            m.record_failure(e.code);
+            e.into_response()
+        }
+    }
 }
 
 async fn run(
@@ -557,8 +643,26 @@ async fn run(
     body: Bytes,
     api: Api,
     arrival: Instant,
+    peek: models::Peek,
+) -> Result<Response, (ApiError, Option<Arc<metrics::HttpMetrics>>)> {
+    let routed = models::route(s, &peek).await.map_err(|e| (e, None))?;
+    let m = routed.metrics.clone();
+    generate_on(s, id, seq, body, api, arrival, routed)
+        .await
+        .map_err(|e| (e, Some(m)))
+}
+
+async fn generate_on(
+    s: &Shared,
+    id: &str,
+    seq: u64,
+    body: Bytes,
+    api: Api,
+    arrival: Instant,
+    routed: models::Routed,
 ) -> Result<Response, ApiError> {
-    let engine = s.eng()?;
+    let engine = &routed.engine;
+    let adapters = &routed.adapters;
     let (mut spec, input) = match api {
         Api::Chat => validate::chat(&body, seq, &s.limits)?,
         Api::Completion => {
@@ -577,12 +681,7 @@ async fn run(
             "logit_bias",
         ));
     }
-    let served = &engine.config().served_name;
-    if let Some(m) = spec.model.as_deref() {
-        if !m.is_empty() && m != served {
-            return Err(ApiError::model_not_found(m));
-        }
-    }
+    let served = &routed.name;
     let score_prompt = spec.echo && spec.logprobs.is_some();
     if score_prompt && spec.stream {
         return Err(ApiError::unsupported(
@@ -710,6 +809,7 @@ async fn run(
                 constraint.clone()
             },
             markers: (api == Api::Chat).then(|| engine.preparer().markers(spec.tools.is_some())),
+            adapters: adapters.clone(),
         })?);
     }
     let ctx = ReplyCtx {
@@ -720,6 +820,7 @@ async fn run(
         spec,
         arrival,
         engine: engine.clone(),
+        metrics: routed.metrics.clone(),
         echo_text,
         first_prompt_token,
         output,
@@ -738,7 +839,7 @@ async fn run(
         };
     }
     if ctx.spec.stream {
-        s.metrics.record_status(200);
+        ctx.metrics.record_status(200);
         Ok(sse_response(s.clone(), ctx, streams, firsts))
     } else {
         let results = futures::future::join_all(
@@ -750,12 +851,12 @@ async fn run(
         .await
         .into_iter()
         .collect::<Result<Vec<_>, _>>()?;
-        s.metrics.record_status(200);
+        ctx.metrics.record_status(200);
         for r in &results {
-            s.metrics.observe_finished(&r.2);
+            ctx.metrics.observe_finished(&r.2);
         }
         // Non-streaming: the first text leaves with the whole body.
-        s.metrics
+        ctx.metrics
             .observe_first_text(ctx.arrival.elapsed().as_secs_f64());
         Ok(Json(ctx.full_response(results)).into_response())
     }

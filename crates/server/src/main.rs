@@ -9,7 +9,9 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use steward_engine::model::{LoadedModel, RuntimeParams};
-use steward_engine::{Engine, EngineConfig};
+use steward_engine::EngineConfig;
+
+mod serve_models;
 
 #[derive(Parser)]
 #[command(
@@ -58,10 +60,12 @@ struct ConvertArgs {
 
 #[derive(Args)]
 struct ModelArgs {
-    /// GGUF file to serve. Default: SmolLM2-135M-Instruct Q4_1, fetched into
-    /// the cache dir when missing.
+    /// GGUF file to serve, `[NAME=]PATH`; repeatable: several models in one
+    /// server (the first is the default; a request's `model` picks one).
+    /// Default: SmolLM2-135M-Instruct Q4_1, fetched into the cache dir when
+    /// missing.
     #[arg(long, env = "STEWARD_MODEL")]
-    model: Option<PathBuf>,
+    model: Vec<String>,
     /// Threads for decode and prompt steps (default: all cores).
     #[arg(long, env = "STEWARD_THREADS")]
     threads: Option<i32>,
@@ -269,6 +273,36 @@ struct ServeArgs {
     /// one gets the built-in its vocabulary fits (see `/v1/models`).
     #[arg(long, value_name = "FILE|chatml|gemma|plain")]
     chat_template: Option<String>,
+    /// A model from a Hugging Face compatible hub, `[NAME=]owner/repo[:quant]`
+    /// (repeatable): downloaded with a progress bar, resumed when
+    /// interrupted, checked against the hub's size and sha256, kept in the
+    /// hub cache (HF_HUB_CACHE / HF_HOME), served from it offline
+    /// (HF_HUB_OFFLINE=1 or no network). HF_ENDPOINT, HF_TOKEN as usual.
+    #[arg(long)]
+    hf: Vec<String>,
+    /// Models config file (TOML, `[[model]]` entries: name, path or hf,
+    /// pinned, max_seqs, ctx_per_seq, chat_template, lora, …; see
+    /// docs/MODELS.md).
+    #[arg(long)]
+    models_config: Option<PathBuf>,
+    /// A LoRA adapter GGUF for the first model, `NAME=PATH[:SCALE]`
+    /// (repeatable); served as `MODEL:NAME`, or per request with `lora`.
+    #[arg(long)]
+    lora: Vec<String>,
+    /// Keep this model loaded from start to exit (repeatable). A server of
+    /// one model always keeps it.
+    #[arg(long)]
+    pin: Vec<String>,
+    /// Unload a model (not pinned) no request has used for this long,
+    /// seconds (0: never; models still unload, least recently used first,
+    /// when the memory budget needs room for another).
+    #[arg(long, default_value_t = 0.0)]
+    idle_unload_s: f64,
+    /// With requests of several LoRA adapter sets running, steps one set
+    /// keeps before the next set's turn (llama.cpp applies adapters to a
+    /// whole step).
+    #[arg(long, default_value_t = 1)]
+    adapter_slice: usize,
     #[command(flatten)]
     limits: LimitArgs,
 }
@@ -401,9 +435,40 @@ fn resolve_model(m: &Option<PathBuf>) -> anyhow::Result<PathBuf> {
     }
 }
 
+/// The default model in its `--default-format` (fetched, converted once).
+fn default_served_model(m: &ModelArgs) -> anyhow::Result<PathBuf> {
+    resolve_served_model(&ModelArgs {
+        model: Vec::new(),
+        threads: m.threads,
+        gpu_layers: m.gpu_layers,
+        default_format: m.default_format.clone(),
+    })
+}
+
+/// The path of a `--model [NAME=]PATH`.
+fn serve_models_path(s: &str) -> &str {
+    match s.split_once('=') {
+        Some((n, p)) if !n.contains('/') => p,
+        _ => s,
+    }
+}
+
+/// `--chat-template FILE|chatml|gemma|plain` (also a config file's).
+pub(crate) fn template_flag(name: &str) -> anyhow::Result<(String, String)> {
+    Ok(match steward_engine::prepare::builtin_template(name) {
+        Some(src) => (name.to_string(), src.to_string()),
+        None => (
+            name.to_string(),
+            std::fs::read_to_string(name).with_context(|| {
+                format!("--chat-template {name}: not a built-in (chatml, gemma, plain) and not a readable file")
+            })?,
+        ),
+    })
+}
+
 fn resolve_served_model(m: &ModelArgs) -> anyhow::Result<PathBuf> {
-    if let Some(p) = &m.model {
-        return Ok(p.clone());
+    if let Some(p) = m.model.first() {
+        return Ok(PathBuf::from(serve_models_path(p)));
     }
     let format = match m.default_format.to_ascii_lowercase().as_str() {
         "original" | "q4_1" => None,
@@ -449,11 +514,7 @@ fn threads(t: Option<i32>) -> i32 {
 }
 
 fn serve(a: ServeArgs) -> anyhow::Result<()> {
-    let path = resolve_served_model(&a.model)?;
-    let mut c = EngineConfig::new(path);
-    if let Some(n) = a.served_model_name {
-        c.served_name = n;
-    }
+    let mut c = EngineConfig::new(PathBuf::new());
     if a.max_seqs == 0 || a.max_seqs > 256 {
         anyhow::bail!("--max-seqs must be between 1 and 256");
     }
@@ -552,18 +613,32 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
         .max(1);
     c.prefix_host_bytes = a.prefix_host_mb.unwrap_or(if gpu { 0 } else { 512 }) << 20;
     c.prefix_host_min = a.prefix_host_min;
-    c.chat_template = match a.chat_template.as_deref() {
-        None => None,
-        Some(name) => Some(match steward_engine::prepare::builtin_template(name) {
-            Some(src) => (name.to_string(), src.to_string()),
-            None => (
-                name.to_string(),
-                std::fs::read_to_string(name)
-                    .with_context(|| format!("--chat-template {name}: not a built-in (chatml, gemma, plain) and not a readable file"))?,
-            ),
-        }),
-    };
+    c.chat_template = a.chat_template.as_deref().map(template_flag).transpose()?;
     c.progress = true;
+    c.adapter_slice = a.adapter_slice.max(1);
+    let specs = serve_models::specs(
+        &serve_models::ModelFlags {
+            models: &a.model.model,
+            hf: &a.hf,
+            config: a.models_config.as_deref(),
+            lora: &a.lora,
+            pin: &a.pin,
+        },
+        &c,
+        a.served_model_name.as_deref(),
+        || default_served_model(&a.model),
+    )?;
+    let mut hub = steward_hub::HubOptions::from_env();
+    hub.progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let registry = steward_registry::Registry::new(
+        specs,
+        steward_registry::Options {
+            budget: c.memory_budget,
+            idle_unload: secs(a.idle_unload_s, "idle-unload-s")?,
+            retry_after_s: 10,
+        },
+        serve_models::resolver(hub),
+    );
     let addr: SocketAddr = format!("{}:{}", a.host, a.port)
         .parse()
         .with_context(|| format!("bad --host/--port: {}:{}", a.host, a.port))?;
@@ -585,47 +660,45 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
         let server = tokio::spawn(async move {
             steward_server::conn::serve(listener, app, conn_limits, conns, async move {
                 shutdown_signal().await;
-                if let Some(engine) = drained.engine() {
-                    drain(engine, engine_grace).await;
+                if let Some(reg) = drained.models() {
+                    let engines = reg.loaded();
+                    futures::future::join_all(engines.iter().map(|(_, e)| drain(e, engine_grace))).await;
                 }
             })
             .await;
             anyhow::Ok(())
         });
-        let engine = match tokio::task::spawn_blocking(move || Engine::start(c)).await? {
-            Ok(e) => e,
-            Err(e) => {
+        state.set_registry(registry.clone());
+        // The default model and the pinned ones load before `/ready`: the
+        // default's failure stops the start (one `steward: error:` line);
+        // another's leaves it `failed` in /v1/models.
+        for (name, e) in registry.preload().await {
+            if name == registry.default_name() {
                 server.abort();
-                return Err(e.into());
+                anyhow::bail!("{}", e);
             }
+            tracing::error!(model = %name, error = %e, "a pinned model failed to load; serving the others");
+        }
+        tokio::spawn(registry.clone().run_idle_unloader());
+        let Some(warm) = registry.default_engine() else {
+            server.abort();
+            anyhow::bail!("the default model is not loaded");
         };
-        tracing::info!(%addr, model = %engine.config().served_name, "model loaded; serving (ready after warm-up)");
-        let warm = engine.clone();
-        state.set_engine(engine);
-        // An engine that stops before it is ready (its warm-up step failed)
-        // would leave a server answering 503 forever: exit instead.
+        tracing::info!(%addr, models = ?registry.names(), default = %registry.default_name(), "serving");
         let mut server = server;
         tokio::select! {
             r = &mut server => r??,
-            ready = warm.wait_ready() => {
-                if !ready {
-                    server.abort();
-                    anyhow::bail!("the engine stopped during its warm-up step (its error is logged above)");
-                }
-                tokio::select! {
-                    r = &mut server => r??,
-                    _ = warm.wait_failed() => {
-                        // Not restarted in-process: the owner's state is
-                        // unknown. Unready and unhealthy already; exit so
-                        // an orchestrator restarts a clean process.
-                        anyhow::bail!("the engine thread panicked (logged above); exiting");
-                    }
-                }
+            _ = warm.wait_failed() => {
+                // Not restarted in-process: the owner's state is unknown.
+                // Unready and unhealthy already; exit so an orchestrator
+                // restarts a clean process.
+                anyhow::bail!("the default model's engine thread panicked (logged above); exiting");
             }
         }
-        // Free the llama context (and its device buffers) before the process
-        // exits: freed while the CUDA driver shuts down, it aborts.
-        tokio::task::spawn_blocking(move || warm.stop()).await?;
+        drop(warm);
+        // Free every llama context (and its device buffers) before the
+        // process exits: freed while the CUDA driver shuts down, it aborts.
+        registry.stop_all().await;
         tracing::info!("shut down");
         anyhow::Ok(())
     })?;

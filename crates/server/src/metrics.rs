@@ -166,7 +166,8 @@ fn engine_histograms(o: &mut String, e: &EngineStats) {
     }
 }
 
-pub fn render(e: &EngineStats, waiting: usize, h: &HttpMetrics) -> String {
+/// One engine's metrics (its model label is added by `labels::merge`).
+pub fn render(e: &EngineStats, waiting: usize) -> String {
     let kv_frac = if e.kv_cells_total > 0 {
         e.kv_cells_used as f64 / e.kv_cells_total as f64
     } else {
@@ -558,6 +559,25 @@ pub fn render(e: &EngineStats, waiting: usize, h: &HttpMetrics) -> String {
         let _ = writeln!(o, "steward_requests_total{{state=\"{state}\"}} {v}");
     }
     engine_histograms(&mut o, e);
+    o
+}
+
+/// `vllm:lora_requests_info` as gateways read it: the adapters of running
+/// and waiting requests (value: the time of the reading).
+pub fn render_lora(o: &mut String, e: &EngineStats, max_lora: usize) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    let _ = writeln!(
+        o,
+        "# HELP vllm:lora_requests_info Running and waiting requests' LoRA adapters (vLLM name)\n# TYPE vllm:lora_requests_info gauge\nvllm:lora_requests_info{{max_lora=\"{max_lora}\",running_lora_adapters=\"{}\",waiting_lora_adapters=\"{}\"}} {now}",
+        e.lora_running.join(","),
+        e.lora_waiting.join(",")
+    );
+}
+
+/// The HTTP side's counters and histograms.
+pub fn render_http(o: &mut String, h: &HttpMetrics) {
     if let Ok(m) = h.0.lock() {
         let _ = writeln!(o, "# HELP steward_http_responses_total HTTP responses by status\n# TYPE steward_http_responses_total counter");
         for (k, v) in &m.status {
@@ -572,32 +592,31 @@ pub fn render(e: &EngineStats, waiting: usize, h: &HttpMetrics) -> String {
             let _ = writeln!(o, "steward_request_finish_total{{reason=\"{k}\"}} {v}");
         }
         m.ttft.render(
-            &mut o,
+            o,
             "steward_time_to_first_token_seconds",
             "Arrival to first sampled token",
         );
         m.first_text.render(
-            &mut o,
+            o,
             "steward_time_to_first_text_seconds",
             "Arrival to first text handed to the transport",
         );
         m.e2e.render(
-            &mut o,
+            o,
             "steward_request_duration_seconds",
             "Arrival to retirement",
         );
         m.itl.render(
-            &mut o,
+            o,
             "steward_inter_token_latency_seconds",
             "Gap between text chunks sent to a streaming client",
         );
         m.prefill.render(
-            &mut o,
+            o,
             "steward_prefill_duration_seconds",
             "Admission to prefill done",
         );
     }
-    o
 }
 
 /// Every ledger term as a gauge, `steward_memory_bytes{term=...}`.

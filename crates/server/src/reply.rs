@@ -65,6 +65,8 @@ pub(crate) struct ReplyCtx {
     pub(crate) spec: GenSpec,
     pub(crate) arrival: Instant,
     pub(crate) engine: EngineHandle,
+    /// The model's HTTP metrics.
+    pub(crate) metrics: std::sync::Arc<crate::metrics::HttpMetrics>,
     /// Completions `echo`: the prompt text to return before the completion.
     pub(crate) echo_text: Option<String>,
     pub(crate) first_prompt_token: Option<steward_engine::TokenId>,
@@ -417,7 +419,6 @@ pub(crate) fn sse_response(
 ) -> Response {
     type Tagged = futures::stream::BoxStream<'static, (u32, Event)>;
     struct St {
-        s: Shared,
         ctx: ReplyCtx,
         rx: futures::stream::SelectAll<Tagged>,
         queue: std::collections::VecDeque<String>,
@@ -452,7 +453,6 @@ pub(crate) fn sse_response(
         })
         .collect();
     let st = St {
-        s,
         ctx,
         rx: futures::stream::select_all(tagged),
         queue: Default::default(),
@@ -482,12 +482,13 @@ pub(crate) fn sse_response(
                     st.ctx.start_choice(i, c, &mut st.queue);
                     if st.first_text_sent_ms.is_none() {
                         let s = st.ctx.arrival.elapsed().as_secs_f64();
-                        st.s.metrics.observe_first_text(s);
+                        st.ctx.metrics.observe_first_text(s);
                         st.first_text_sent_ms = Some(s * 1e3);
                     }
                     let now = Instant::now();
                     if let Some(prev) = st.last_text.replace(now) {
-                        st.s.metrics
+                        st.ctx
+                            .metrics
                             .observe_itl(now.duration_since(prev).as_secs_f64());
                     }
                     let text = match c.echo.take() {
@@ -510,7 +511,7 @@ pub(crate) fn sse_response(
                         ..Default::default()
                     };
                     st.queue.push_back(st.ctx.chunk(i, fin, &lps));
-                    st.s.metrics.observe_finished(&f);
+                    st.ctx.metrics.observe_finished(&f);
                     c.fin = Some(f);
                     st.remaining -= 1;
                     if st.remaining == 0 {
@@ -526,7 +527,7 @@ pub(crate) fn sse_response(
                 }
                 Some(Event::Error(e)) => {
                     let api = ApiError::from(e);
-                    st.s.metrics.record_failure(api.code);
+                    st.ctx.metrics.record_failure(api.code);
                     st.queue
                         .push_back(serde_json::to_string(&api.body()).unwrap_or_default());
                     st.queue.push_back("[DONE]".into());

@@ -214,10 +214,17 @@ fn sigterm_drains_in_flight_streams_refuses_new_ones_and_exits_zero() {
         let body: serde_json::Value = r.json().await.unwrap();
         assert_eq!(body["error"]["code"], "shutting_down");
         let m = get_text(&client, &format!("{base}/metrics")).await;
-        assert!(m.contains("steward_phase{phase=\"draining\"} 1"), "{m}");
+        // (Every line carries the model's label.)
+        assert!(
+            m.lines()
+                .any(|l| l.starts_with("steward_phase{model=")
+                    && l.ends_with("phase=\"draining\"} 1")),
+            "{m}"
+        );
         let drain_s: f64 = m
             .lines()
-            .find_map(|l| l.strip_prefix("steward_drain_seconds "))
+            .find(|l| l.starts_with("steward_drain_seconds{model="))
+            .and_then(|l| l.rsplit(' ').next())
             .expect("steward_drain_seconds")
             .parse()
             .unwrap();

@@ -79,12 +79,7 @@ impl Turns {
         }
         let keep = sets.contains(&&self.current) && (sets.len() == 1 || self.run < slice.max(1));
         if !keep {
-            let last = |s: &AdapterSet| {
-                self.served
-                    .iter()
-                    .find(|e| &e.0 == s)
-                    .map_or(0, |e| e.1)
-            };
+            let last = |s: &AdapterSet| self.served.iter().find(|e| &e.0 == s).map_or(0, |e| e.1);
             if let Some(next) = sets.iter().min_by_key(|s| last(s)) {
                 self.current = (*next).clone();
                 self.run = 0;
@@ -109,9 +104,15 @@ impl<B: Backend> Owner<B> {
     /// Load an adapter (on this thread: llama.cpp records it in the
     /// model, which a step reads) and publish it.
     pub(super) fn load_adapter(&mut self, spec: &AdapterSpec) -> Result<AdapterInfo, String> {
-        let mut list = self.adapters.write().map_err(|_| "adapter table poisoned")?;
+        let mut list = self
+            .adapters
+            .write()
+            .map_err(|_| "adapter table poisoned")?;
         if list.iter().any(|a| a.name == spec.name) {
-            return Err(format!("an adapter named {:?} is already loaded", spec.name));
+            return Err(format!(
+                "an adapter named {:?} is already loaded",
+                spec.name
+            ));
         }
         let id = self.rt.load_adapter(&spec.path)?;
         let info = AdapterInfo {
@@ -123,6 +124,27 @@ impl<B: Backend> Owner<B> {
         tracing::info!(adapter = %info.name, id, path = %info.path, "LoRA adapter loaded");
         list.push(info.clone());
         Ok(info)
+    }
+
+    /// Names of the adapters admitted and waiting requests run under
+    /// (None when no adapter is loaded).
+    pub(super) fn lora_names(&self) -> Option<(Vec<String>, Vec<String>)> {
+        let list = self.adapters.read().ok()?;
+        if list.is_empty() {
+            return None;
+        }
+        let names = |sets: &mut dyn Iterator<Item = &[(usize, f32)]>| {
+            let mut v: Vec<String> = sets
+                .flat_map(|s| s.iter().filter(|e| e.1 != 0.0))
+                .filter_map(|&(id, _)| list.get(id).map(|a| a.name.clone()))
+                .collect();
+            v.sort();
+            v.dedup();
+            v
+        };
+        let run = names(&mut self.seqs.iter().map(|s| s.adapters.as_slice()));
+        let wait = names(&mut self.waiting.iter().map(|w| w.sub.req.adapters.as_slice()));
+        Some((run, wait))
     }
 
     /// The adapter set this step runs under.
@@ -146,7 +168,10 @@ mod tests {
 
     #[test]
     fn canonical_drops_zero_scales_and_sorts() {
-        assert_eq!(canonical(&[(2, 1.0), (1, 0.5), (3, 0.0)]), vec![(1, 0.5), (2, 1.0)]);
+        assert_eq!(
+            canonical(&[(2, 1.0), (1, 0.5), (3, 0.0)]),
+            vec![(1, 0.5), (2, 1.0)]
+        );
         assert_eq!(canonical(&[(1, 0.5), (1, 0.0)]), vec![]);
         assert!(canonical(&[(0, 0.0)]).is_empty());
     }
@@ -167,7 +192,17 @@ mod tests {
         let (a, b): (AdapterSet, AdapterSet) = (vec![], vec![(0, 1.0)]);
         let mut t = Turns::default();
         let picks: Vec<AdapterSet> = (0..6).map(|_| t.pick(&[&a, &b], 2)).collect();
-        assert_eq!(picks, vec![a.clone(), a.clone(), b.clone(), b.clone(), a.clone(), a.clone()]);
+        assert_eq!(
+            picks,
+            vec![
+                a.clone(),
+                a.clone(),
+                b.clone(),
+                b.clone(),
+                a.clone(),
+                a.clone()
+            ]
+        );
         // One set alone keeps every step.
         assert!((0..5).all(|_| t.pick(&[&b], 1) == b));
         // A set that comes back is served next (it waited longest).

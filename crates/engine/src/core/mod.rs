@@ -16,8 +16,8 @@
 //! one terminal event; `retire` is the only place an admitted sequence ends,
 //! and dropping its `Permit` there releases its reservation exactly once.
 
-pub mod admission;
 mod adapters;
+pub mod admission;
 mod admit;
 pub mod backend;
 #[cfg(test)]
@@ -428,7 +428,10 @@ impl<B: Backend> Owner<B> {
         }
         if let Err(e) = self.rt.set_adapters(&set) {
             let keys: Vec<u64> = views.iter().map(|v| v.key).collect();
-            self.fail(&keys, format!("the step's LoRA adapters could not be set: {e}"));
+            self.fail(
+                &keys,
+                format!("the step's LoRA adapters could not be set: {e}"),
+            );
             return;
         }
         let t = Instant::now();
@@ -712,6 +715,14 @@ impl<B: Backend> Owner<B> {
             })
             .chain(self.seqs.iter().map(Sequence::live))
             .collect();
+        if let Some((run, wait)) = self.lora_names() {
+            self.stats.send_if_modified(|s| {
+                let changed = s.lora_running != run || s.lora_waiting != wait;
+                s.lora_running = run;
+                s.lora_waiting = wait;
+                changed
+            });
+        }
         self.stats.send_if_modified(|s| {
             let before = (
                 s.running,

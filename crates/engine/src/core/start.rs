@@ -72,7 +72,10 @@ fn owner_main(args: OwnerArgs, ok: std::sync::mpsc::SyncSender<Result<(), LoadEr
                 }
             }
             Err(e) => {
-                let _ = ok.send(Err(LoadError::Adapter(format!("adapter {:?}: {e}", a.name))));
+                let _ = ok.send(Err(LoadError::Adapter(format!(
+                    "adapter {:?}: {e}",
+                    a.name
+                ))));
                 return;
             }
         }

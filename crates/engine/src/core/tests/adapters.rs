@@ -84,7 +84,10 @@ fn a_longer_slice_switches_less_and_outputs_stay_the_same() {
     let mut b = h.send(req(&p, 12, "b", &[(0, 1.0)]), 4096);
     h.run_idle();
     assert_eq!(done(&events(&mut a)).output_tokens, solo(&p, 12, &[]));
-    assert_eq!(done(&events(&mut b)).output_tokens, solo(&p, 12, &[(0, 1.0)]));
+    assert_eq!(
+        done(&events(&mut b)).output_tokens,
+        solo(&p, 12, &[(0, 1.0)])
+    );
     let switches = h.owner.rt.adapter_switches;
     assert!((3..=10).contains(&switches), "{switches} switches");
 }
@@ -122,7 +125,10 @@ fn no_prefix_reuse_across_adapter_sets() {
     let mut rx = h.send(req(&p, 4, "half", &[(0, 0.5)]), 4096);
     h.run_idle();
     assert_eq!(reused(&h), before);
-    assert_eq!(done(&events(&mut rx)).output_tokens, solo(&p, 4, &[(0, 0.5)]));
+    assert_eq!(
+        done(&events(&mut rx)).output_tokens,
+        solo(&p, 4, &[(0, 0.5)])
+    );
 }
 
 #[test]
@@ -134,7 +140,8 @@ fn adapters_load_while_running_and_a_bad_one_is_refused() {
         path: "x.gguf".into(),
         scale: 1.0,
     };
-    h.tx.try_send(Command::LoadAdapter(spec.clone(), tx)).unwrap();
+    h.tx.try_send(Command::LoadAdapter(spec.clone(), tx))
+        .unwrap();
     h.owner.tick();
     assert_eq!(rx.try_recv().unwrap().unwrap().id, 0);
     // The same name twice, and a file the runtime refuses.

@@ -1,0 +1,299 @@
+//! Several models in one server, on real models through the real runtime:
+//! SmolLM2-135M (the default model) and Gemma 3 270M served side by side,
+//! each request answered by its own model; a third model that does not
+//! fit next to two pinned ones refused with a clear 503; a model that
+//! fails to load shown `failed` while the others serve; an idle model
+//! unloaded, its memory returned (ledger and RSS), and loaded again on
+//! the next request, whose stream pings while it loads.
+//!
+//! One test function: the RSS checks need no other test's models loaded
+//! in the same process meanwhile.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use steward_engine::{Engine, EngineConfig};
+use steward_registry::{ModelSpec, Options, Registry, Source};
+
+fn config(path: std::path::PathBuf) -> EngineConfig {
+    let mut c = EngineConfig::new(path);
+    c.max_seqs = 2;
+    c.ctx_per_seq = 512;
+    c.prompt_budget = 64;
+    c.prefix_host_bytes = 0;
+    c.checkpoint_bytes = 0;
+    c.n_threads = 2;
+    c.n_threads_batch = 2;
+    c
+}
+
+fn spec(name: &str, path: std::path::PathBuf, pinned: bool) -> ModelSpec {
+    ModelSpec {
+        name: name.into(),
+        source: Source::Path(path.clone()),
+        config: config(path),
+        pinned,
+    }
+}
+
+async fn serve(reg: Arc<Registry>) -> common::Server {
+    let state = steward_server::AppState::with_options(Default::default());
+    state.set_registry(reg);
+    let listener = steward_server::bind("127.0.0.1:0".parse().unwrap(), None).unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(steward_server::serve_forever(
+        listener,
+        state,
+        Default::default(),
+    ));
+    common::Server {
+        base: format!("http://{addr}"),
+        client: reqwest::Client::new(),
+    }
+}
+
+fn resolver() -> steward_registry::Resolver {
+    Arc::new(|s: &Source| match s {
+        Source::Path(p) => Ok(p.clone()),
+        Source::Hub(h) => Err(format!("no hub in this test ({h})")),
+    })
+}
+
+async fn complete(s: &common::Server, model: &str) -> (u16, reqwest::header::HeaderMap, Value) {
+    let body = json!({"model": model, "prompt": "The capital of France is", "max_tokens": 8, "temperature": 0});
+    s.post("/v1/completions", &body.to_string()).await
+}
+
+async fn models(s: &common::Server) -> Vec<Value> {
+    let v: Value = s
+        .client
+        .get(format!("{}/v1/models", s.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    v["data"].as_array().unwrap().clone()
+}
+
+async fn state_of(s: &common::Server, id: &str) -> String {
+    models(s)
+        .await
+        .iter()
+        .find(|m| m["id"] == id)
+        .map(|m| m["status"]["value"].as_str().unwrap_or("").to_string())
+        .unwrap_or_default()
+}
+
+fn rss() -> u64 {
+    steward_engine::memory::rss_bytes().unwrap()
+}
+
+fn text(v: &Value) -> String {
+    v["choices"][0]["text"].as_str().unwrap().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_models_in_one_server() {
+    let smol = steward_engine::fetch::ensure_default_model().unwrap();
+    let gemma = steward_engine::fetch::ensure_known_model("gemma3-270m").unwrap();
+    // A third model: the default model in another weight format.
+    let third = steward_engine::fetch::ensure_default_model_as(
+        Some(steward_engine::model::WeightFormat::parse("q8_0").unwrap()),
+        2,
+    )
+    .unwrap();
+    let need = |p: &std::path::PathBuf| Engine::load(config(p.clone())).unwrap().full_need();
+    let (n_smol, n_gemma, n_third) = (need(&smol), need(&gemma), need(&third));
+    // Room for the two pinned models and half the third.
+    let budget = n_smol + n_gemma + n_third / 2;
+
+    // --- Two pinned models, a third that does not fit, a broken one.
+    let reg = Registry::new(
+        vec![
+            spec("smol", smol.clone(), true),
+            spec("gemma", gemma.clone(), true),
+            spec("third", third.clone(), false),
+            spec("broken", "/definitely/not/here.gguf".into(), false),
+        ],
+        Options {
+            budget: Some(budget),
+            idle_unload: None,
+            retry_after_s: 10,
+        },
+        resolver(),
+    );
+    assert!(reg.preload().await.is_empty());
+    let s = serve(reg.clone()).await;
+    let (st, _, a) = complete(&s, "smol").await;
+    assert_eq!(st, 200, "{a}");
+    let (st, _, b) = complete(&s, "gemma").await;
+    assert_eq!(st, 200, "{b}");
+    assert_eq!(a["model"], "smol");
+    assert_eq!(b["model"], "gemma");
+    // Their own tokenizers: the same text is a different number of tokens.
+    assert_ne!(text(&a), text(&b));
+    assert_ne!(
+        a["usage"]["prompt_tokens"], b["usage"]["prompt_tokens"],
+        "{a} {b}"
+    );
+    // No `model`: the default.
+    let (st, _, d) = s
+        .post(
+            "/v1/completions",
+            &json!({"prompt": "The capital of France is", "max_tokens": 8, "temperature": 0})
+                .to_string(),
+        )
+        .await;
+    assert_eq!(st, 200);
+    assert_eq!(text(&d), text(&a));
+    // The third does not fit next to the two pinned ones.
+    let (st, h, e) = complete(&s, "third").await;
+    common::assert_error(st, &e, 503, "model_does_not_fit");
+    assert!(h.contains_key("retry-after"));
+    let msg = e["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("pinned") && msg.contains("smol") && msg.contains("gemma"),
+        "{msg}"
+    );
+    assert_eq!(state_of(&s, "third").await, "unloaded");
+    // The broken one is `failed`, with its reason; the others still serve.
+    let (st, _, e) = complete(&s, "broken").await;
+    common::assert_error(st, &e, 503, "model_failed");
+    let list = models(&s).await;
+    let broken = list.iter().find(|m| m["id"] == "broken").unwrap();
+    assert_eq!(broken["status"]["value"], "failed");
+    assert!(broken["status"]["error"]
+        .as_str()
+        .unwrap()
+        .contains("not found"));
+    let (st, _, again) = complete(&s, "gemma").await;
+    assert_eq!(st, 200);
+    assert_eq!(text(&again), text(&b));
+    // An unknown model is a 404 in OpenAI's shape.
+    let (st, _, e) = complete(&s, "nope").await;
+    common::assert_error(st, &e, 404, "model_not_found");
+    // Metrics carry the model.
+    let m = s
+        .client
+        .get(format!("{}/metrics", s.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for want in [
+        "steward_requests_running{model=\"smol\"}",
+        "steward_requests_running{model=\"gemma\"}",
+        "steward_model_state{model=\"broken\",state=\"failed\"} 1",
+        "steward_model_state{model=\"third\",state=\"unloaded\"} 1",
+    ] {
+        assert!(m.contains(want), "{want} missing");
+    }
+    let gemma_text = text(&b);
+    reg.stop_all().await;
+    drop(s);
+
+    // --- An idle model is unloaded and its memory returned.
+    let reg = Registry::new(
+        vec![
+            spec("smol", smol.clone(), true),
+            spec("gemma", gemma.clone(), false),
+        ],
+        Options {
+            budget: None,
+            idle_unload: Some(Duration::from_secs(2)),
+            retry_after_s: 10,
+        },
+        resolver(),
+    );
+    assert!(reg.preload().await.is_empty());
+    tokio::spawn(reg.clone().run_idle_unloader());
+    let s = serve(reg.clone()).await;
+    assert_eq!(state_of(&s, "gemma").await, "unloaded");
+    let before = rss();
+    // The first request loads it; streamed, it gets keep-alive pings
+    // while it waits.
+    let r = s
+        .client
+        .post(format!("{}/v1/completions", s.base))
+        .json(&json!({"model": "gemma", "prompt": "The capital of France is", "max_tokens": 8, "temperature": 0, "stream": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let raw = r.text().await.unwrap();
+    assert!(raw.starts_with(": loading model"), "{raw}");
+    assert!(raw.trim_end().ends_with("data: [DONE]"), "{raw}");
+    let streamed: String = raw
+        .split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter_map(|v| v["choices"][0]["text"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(
+        streamed, gemma_text,
+        "its own output, loaded alone as beside smol"
+    );
+    let loaded_rss = rss();
+    let ledger: Value = s
+        .client
+        .get(format!("{}/debug/ledger", s.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let gemma_weights = ledger["models"]["gemma"]["weights"].as_u64().unwrap();
+    assert!(gemma_weights > 100 << 20, "{ledger}");
+    assert!(
+        loaded_rss > before + gemma_weights / 2,
+        "loading gemma raised RSS by {} MiB",
+        (loaded_rss.saturating_sub(before)) >> 20
+    );
+    // Idle for 2 s: unloaded.
+    let t = Instant::now();
+    while state_of(&s, "gemma").await != "unloaded" {
+        assert!(t.elapsed() < Duration::from_secs(20), "never unloaded");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let after = rss();
+    assert!(
+        after + gemma_weights / 2 < loaded_rss,
+        "RSS {} MiB loaded, {} MiB after the unload (weights {} MiB)",
+        loaded_rss >> 20,
+        after >> 20,
+        gemma_weights >> 20
+    );
+    let ledger: Value = s
+        .client
+        .get(format!("{}/debug/ledger", s.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(ledger["models"].get("gemma").is_none(), "{ledger}");
+    assert!(ledger["models"].get("smol").is_some());
+    // The next request loads it again.
+    let (st, _, v) = complete(&s, "gemma").await;
+    assert_eq!(st, 200);
+    assert_eq!(text(&v), gemma_text);
+    let card = models(&s)
+        .await
+        .into_iter()
+        .find(|m| m["id"] == "gemma")
+        .unwrap();
+    assert_eq!(card["status"]["loads"], 2);
+    assert_eq!(card["status"]["unloads"], 1);
+    reg.stop_all().await;
+}
