@@ -226,6 +226,7 @@ pub fn app(state: Shared) -> Router {
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/completions", post(completions))
         .route("/v1/models", get(models::list))
+        .route("/v1/models/{*id}", get(models::one))
         .route("/admin/models/{name}/load", post(models::admin_load))
         .route("/admin/models/{name}/unload", post(models::admin_unload))
         .route("/admin/models/{name}/adapters", post(models::admin_adapter))

@@ -226,6 +226,19 @@ fn state_name(s: ModelState) -> &'static str {
     }
 }
 
+/// `GET /v1/models/{id}`: one entry of the list, or 404.
+pub(crate) async fn one(
+    State(s): State<Shared>,
+    Path(id): Path<String>,
+) -> Result<Json<p::ModelCard>, ApiError> {
+    let Json(list) = list(State(s)).await?;
+    list.data
+        .into_iter()
+        .find(|c| c.id == id)
+        .map(Json)
+        .ok_or_else(|| ApiError::model_not_found(&id))
+}
+
 /// `GET /v1/models`: every model with its state, and each adapter as a
 /// model of its own (`base:adapter`, `parent`).
 pub(crate) async fn list(State(s): State<Shared>) -> Result<Json<p::ModelList>, ApiError> {
@@ -269,6 +282,23 @@ pub(crate) async fn list(State(s): State<Shared>) -> Result<Json<p::ModelList>, 
     }))
 }
 
+/// Admin routes change what the server holds: only with `--api-key` set
+/// (the auth layer then checks it), never on an open server.
+fn admin(s: &Shared) -> Result<&Arc<steward_registry::Registry>, Response> {
+    if s.api_key.is_none() {
+        return Err(ApiError {
+            status: StatusCode::FORBIDDEN,
+            message: "admin routes need the server started with --api-key".into(),
+            kind: "permission_error",
+            param: None,
+            code: "admin_disabled",
+            retry_after: None,
+        }
+        .into_response());
+    }
+    s.registry().map_err(IntoResponse::into_response)
+}
+
 fn admin_reply(r: Result<Value, RegistryError>) -> Response {
     match r {
         Ok(v) => Json(v).into_response(),
@@ -279,9 +309,9 @@ fn admin_reply(r: Result<Value, RegistryError>) -> Response {
 /// `POST /admin/models/{name}/load`: load now (a failed model is tried
 /// again); answers when it is ready.
 pub(crate) async fn admin_load(State(s): State<Shared>, Path(name): Path<String>) -> Response {
-    let reg = match s.registry() {
+    let reg = match admin(&s) {
         Ok(r) => r,
-        Err(e) => return e.into_response(),
+        Err(e) => return e,
     };
     admin_reply(
         reg.load_now(&name)
@@ -293,9 +323,9 @@ pub(crate) async fn admin_load(State(s): State<Shared>, Path(name): Path<String>
 /// `POST /admin/models/{name}/unload`: in-flight requests get the drain
 /// grace, then are cancelled.
 pub(crate) async fn admin_unload(State(s): State<Shared>, Path(name): Path<String>) -> Response {
-    let reg = match s.registry() {
+    let reg = match admin(&s) {
         Ok(r) => r,
-        Err(e) => return e.into_response(),
+        Err(e) => return e,
     };
     admin_reply(
         reg.unload(&name, Duration::from_secs(10))
@@ -311,9 +341,9 @@ pub(crate) async fn admin_adapter(
     Path(model): Path<String>,
     body: Bytes,
 ) -> Response {
-    let reg = match s.registry() {
+    let reg = match admin(&s) {
         Ok(r) => r,
-        Err(e) => return e.into_response(),
+        Err(e) => return e,
     };
     let v: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,

@@ -100,7 +100,11 @@ async fn lora_adapters_on_the_default_model() {
         }),
     );
     assert!(reg.preload().await.is_empty());
-    let state = steward_server::AppState::with_options(Default::default());
+    // (Admin routes need an API key.)
+    let state = steward_server::AppState::with_options(steward_server::ServerOptions {
+        api_key: Some("k".into()),
+        ..Default::default()
+    });
     state.set_registry(reg.clone());
     let listener = steward_server::bind("127.0.0.1:0".parse().unwrap(), None).unwrap();
     let addr = listener.local_addr().unwrap();
@@ -109,9 +113,14 @@ async fn lora_adapters_on_the_default_model() {
         state,
         Default::default(),
     ));
+    let mut auth = reqwest::header::HeaderMap::new();
+    auth.insert("authorization", "Bearer k".parse().unwrap());
     let s = common::Server {
         base: format!("http://{addr}"),
-        client: reqwest::Client::new(),
+        client: reqwest::Client::builder()
+            .default_headers(auth)
+            .build()
+            .unwrap(),
     };
 
     let p = "The capital of France is";

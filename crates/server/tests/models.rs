@@ -174,9 +174,30 @@ async fn several_models_in_one_server() {
     let (st, _, again) = complete(&s, "gemma").await;
     assert_eq!(st, 200);
     assert_eq!(text(&again), text(&b));
-    // An unknown model is a 404 in OpenAI's shape.
+    // An unknown model is a 404 in OpenAI's shape; one model's card.
     let (st, _, e) = complete(&s, "nope").await;
     common::assert_error(st, &e, 404, "model_not_found");
+    let one = s
+        .client
+        .get(format!("{}/v1/models/gemma", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(one.status(), 200);
+    assert_eq!(
+        one.json::<Value>().await.unwrap()["status"]["value"],
+        "loaded"
+    );
+    let one = s
+        .client
+        .get(format!("{}/v1/models/nope", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(one.status(), 404);
+    // Admin routes are off on a server without an API key.
+    let (st, _, e) = s.post("/admin/models/third/load", "{}").await;
+    common::assert_error(st, &e, 403, "admin_disabled");
     // Metrics carry the model.
     let m = s
         .client
