@@ -284,7 +284,7 @@ pub(crate) async fn list(State(s): State<Shared>) -> Result<Json<p::ModelList>, 
 
 /// Admin routes change what the server holds: only with `--api-key` set
 /// (the auth layer then checks it), never on an open server.
-fn admin(s: &Shared) -> Result<&Arc<steward_registry::Registry>, Response> {
+fn admin(s: &Shared) -> Result<&Arc<steward_registry::Registry>, ApiError> {
     if s.api_key.is_none() {
         return Err(ApiError {
             status: StatusCode::FORBIDDEN,
@@ -293,10 +293,9 @@ fn admin(s: &Shared) -> Result<&Arc<steward_registry::Registry>, Response> {
             param: None,
             code: "admin_disabled",
             retry_after: None,
-        }
-        .into_response());
+        });
     }
-    s.registry().map_err(IntoResponse::into_response)
+    s.registry()
 }
 
 fn admin_reply(r: Result<Value, RegistryError>) -> Response {
@@ -311,7 +310,7 @@ fn admin_reply(r: Result<Value, RegistryError>) -> Response {
 pub(crate) async fn admin_load(State(s): State<Shared>, Path(name): Path<String>) -> Response {
     let reg = match admin(&s) {
         Ok(r) => r,
-        Err(e) => return e,
+        Err(e) => return e.into_response(),
     };
     admin_reply(
         reg.load_now(&name)
@@ -325,7 +324,7 @@ pub(crate) async fn admin_load(State(s): State<Shared>, Path(name): Path<String>
 pub(crate) async fn admin_unload(State(s): State<Shared>, Path(name): Path<String>) -> Response {
     let reg = match admin(&s) {
         Ok(r) => r,
-        Err(e) => return e,
+        Err(e) => return e.into_response(),
     };
     admin_reply(
         reg.unload(&name, Duration::from_secs(10))
@@ -343,7 +342,7 @@ pub(crate) async fn admin_adapter(
 ) -> Response {
     let reg = match admin(&s) {
         Ok(r) => r,
-        Err(e) => return e,
+        Err(e) => return e.into_response(),
     };
     let v: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
