@@ -53,8 +53,8 @@ impl ModelIdentity {
 
     /// One line for logs.
     /// What the prefix cache keys computed state by: weights, tokenizer
-    /// and template, and the adapters (none can be loaded yet; their names
-    /// and load generation go here when they can).
+    /// and template, and the adapters named at start (each request's
+    /// adapter set is mixed in per sequence: `core/adapters.rs`).
     pub fn prefix_key(&self) -> crate::core::prefix::PrefixKey {
         use std::hash::{Hash, Hasher};
         let h = |parts: &[&str]| {

@@ -382,6 +382,7 @@ pub struct Loaded {
     config: EngineConfig,
     load_ms: f64,
     bytes_per_cell: u64,
+    identity: ModelIdentity,
 }
 
 impl Loaded {
@@ -417,6 +418,7 @@ impl Loaded {
             mut config,
             load_ms,
             bytes_per_cell,
+            mut identity,
         } = self;
         if let Some(budget) = budget {
             let overhead = (256u64 << 20) + config.prefix_host_bytes + config.checkpoint_bytes;
@@ -440,14 +442,11 @@ impl Loaded {
                 config.max_decode_seqs = config.max_decode_seqs.min(fit);
             }
         }
-        let footprint = Loaded {
-            model: model.clone(),
-            config: config.clone(),
-            load_ms,
-            bytes_per_cell,
-        }
-        .full_need();
-        let mut identity = identity::ModelIdentity::compute(&config.model_path, &model)?;
+        let footprint = model.facts.weights_bytes
+            + (256u64 << 20)
+            + config.prefix_host_bytes
+            + config.checkpoint_bytes
+            + bytes_per_cell * u64::from(config.ctx_per_seq) * config.max_seqs as u64;
         identity.adapters = config.adapters.iter().map(|a| a.name.clone()).collect();
         tracing::info!(
             load_ms,
@@ -503,7 +502,9 @@ impl Engine {
         Self::load(config)?.start(budget)
     }
 
-    /// Map the model's weights and measure what a slot holds.
+    /// Map the model's weights, compute its identity (the weights' sha256,
+    /// cached beside the file) and measure what a slot holds: the heavy
+    /// part of a load, on the calling thread.
     pub fn load(config: EngineConfig) -> Result<Loaded, LoadError> {
         let t0 = Instant::now();
         let model = Arc::new(model::LoadedModel::load(
@@ -513,11 +514,13 @@ impl Engine {
         )?);
         let load_ms = t0.elapsed().as_secs_f64() * 1e3;
         let bytes_per_cell = bytes_per_cell(&model, &config);
+        let identity = identity::ModelIdentity::compute(&config.model_path, &model)?;
         Ok(Loaded {
             model,
             config,
             load_ms,
             bytes_per_cell,
+            identity,
         })
     }
 }

@@ -397,9 +397,9 @@ impl Registry {
         let mut config = spec.config.clone();
         config.model_path = path;
         config.served_name = name.to_string();
-        let loaded = tokio::task::spawn_blocking(move || Engine::load(config))
+        let loaded = background(move || Engine::load(config))
             .await
-            .map_err(|e| failed(e.to_string()))?
+            .map_err(failed)?
             .map_err(|e| failed(e.to_string()))?;
         let budget = self
             .make_room(name, loaded.full_need(), loaded.need(1))
@@ -670,6 +670,39 @@ impl Registry {
         &self.opts
     }
 }
+
+/// Run `f` on a thread of its own at the lowest CPU priority (nice 19, that
+/// thread only), and wait for it. A model's load (mapping and reading its
+/// weights, hashing them once, a probe context for window models) then
+/// takes only what the running models' steps leave idle: on a machine whose
+/// cores the other models' step threads use, it waits for them instead of
+/// stretching their steps.
+async fn background<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, String> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("steward-load".into())
+        .spawn(move || {
+            lower_priority();
+            let _ = tx.send(f());
+        })
+        .map_err(|e| format!("cannot start a loader thread: {e}"))?;
+    rx.await
+        .map_err(|_| "the loader thread panicked".to_string())
+}
+
+#[cfg(target_os = "linux")]
+fn lower_priority() {
+    // SAFETY: plain syscalls on this thread's own id.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, 19);
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn lower_priority() {}
 
 /// Drain an engine for up to `grace`, cancel the rest, stop it. Its memory
 /// returns once the last request holding the handle has ended.
