@@ -30,6 +30,8 @@
 mod cache;
 mod download;
 mod select;
+#[cfg(feature = "test-hub")]
+pub mod testhub;
 
 use std::fmt;
 use std::path::PathBuf;

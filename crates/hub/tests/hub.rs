@@ -7,12 +7,10 @@
 //! stalls, corrupted bytes, no Range support, no `lfs` in the listing) are
 //! switched on per test, and every resolve request is logged.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+use steward_hub::testhub::{commit_for, random_bytes, sha256_hex, Fault, Served, TestHub, CHUNK};
 use steward_hub::{fetch, fetch_blocking, HubError, HubOptions, HubRef};
-use support::{commit_for, random_bytes, sha256_hex, Fault, Served, TestHub, CHUNK};
 
 // ---- helpers for the tests ----
 
