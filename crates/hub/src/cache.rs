@@ -224,7 +224,13 @@ pub(crate) fn verify(
     let actual = match read_marker(&blob, &meta) {
         Some(marked) => marked,
         None => {
-            tracing::info!(file, bytes = meta.len(), "checking sha256");
+            // (Said only for files that take a while: a failed start of a
+            // small model stays one line.)
+            if meta.len() >= 1 << 30 {
+                tracing::info!(file, bytes = meta.len(), "checking sha256");
+            } else {
+                tracing::debug!(file, bytes = meta.len(), "checking sha256");
+            }
             let actual =
                 sha256_file(&blob).map_err(HubError::io(format!("hashing {}", blob.display())))?;
             if actual == want {
