@@ -600,7 +600,11 @@ impl Registry {
             let mut v = Vec::new();
             for e in g.iter_mut() {
                 let State::Loaded(h) = &e.state else { continue };
-                if e.spec.pinned || h.in_flight() > 0 || e.last_used.elapsed() < idle {
+                // Idle counts from the last request's end, not its start.
+                if h.in_flight() > 0 {
+                    e.last_used = Instant::now();
+                }
+                if e.spec.pinned || e.last_used.elapsed() < idle {
                     continue;
                 }
                 if let State::Loaded(h) = std::mem::replace(&mut e.state, State::Unloaded) {
