@@ -246,6 +246,11 @@ impl Registry {
         })
     }
 
+    /// The model a request's `model` names (None: unknown).
+    pub fn model_of(&self, asked: &str) -> Option<String> {
+        self.split(asked).ok().map(|(n, _)| n)
+    }
+
     /// Whether `get` would have to wait for a load.
     pub fn would_wait(&self, asked: &str) -> bool {
         let Ok((name, _)) = self.split(asked) else {

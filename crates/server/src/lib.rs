@@ -594,9 +594,14 @@ async fn generate(s: Shared, headers: HeaderMap, body: Bytes, api: Api) -> Respo
     // A stream whose model must load first answers at once and pings
     // while it loads.
     let waits = peek.stream() && s.registry().is_ok_and(|r| r.would_wait(peek.model()));
+    let name = s
+        .registry
+        .get()
+        .and_then(|r| r.model_of(peek.model()))
+        .unwrap_or_default();
     let fut = answer(s.clone(), id.clone(), seq, body, api, arrival, peek);
     let mut resp = if waits {
-        s.model_metrics(peek_name(&s)).record_status(200);
+        s.model_metrics(&name).record_status(200);
         models::loading_stream(&s, fut)
     } else {
         fut.await
@@ -605,12 +610,6 @@ async fn generate(s: Shared, headers: HeaderMap, body: Bytes, api: Api) -> Respo
         resp.headers_mut().insert("x-request-id", v);
     }
     resp
-}
-
-/// The metrics a loading stream's 200 is counted in (the default model's:
-/// its own are counted again when it fails).
-fn peek_name(s: &Shared) -> &str {
-    s.registry.get().map_or("", |r| r.default_name())
 }
 
 async fn answer(
