@@ -234,7 +234,7 @@ impl EngineConfig {
             prefix_host_min: 128,
             chat_template: None,
             adapters: Vec::new(),
-            adapter_slice: 1,
+            adapter_slice: 4,
         }
     }
 }

@@ -8,10 +8,11 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
-use steward_engine::model::{LoadedModel, RuntimeParams};
 use steward_engine::EngineConfig;
 
 mod serve_models;
+mod tools_cli;
+use tools_cli::{bench_runtime, convert, BenchRuntimeArgs, ConvertArgs};
 
 #[derive(Parser)]
 #[command(
@@ -46,20 +47,7 @@ struct FetchModelArgs {
 }
 
 #[derive(Args)]
-struct ConvertArgs {
-    /// Input GGUF (default: the default model).
-    #[arg(long)]
-    model: Option<PathBuf>,
-    /// Target format: Q4_0, Q4_1, Q5_1, Q8_0, Q4_K_M, Q4_K_S, IQ4_NL, BF16, F16.
-    #[arg(long)]
-    to: String,
-    /// Output path (default: beside the input, with the format in its name).
-    #[arg(long)]
-    out: Option<PathBuf>,
-}
-
-#[derive(Args)]
-struct ModelArgs {
+pub(crate) struct ModelArgs {
     /// GGUF file to serve, `[NAME=]PATH`; repeatable: several models in one
     /// server (the first is the default; a request's `model` picks one).
     /// Default: SmolLM2-135M-Instruct Q4_1, fetched into the cache dir when
@@ -300,8 +288,11 @@ struct ServeArgs {
     idle_unload_s: f64,
     /// With requests of several LoRA adapter sets running, steps one set
     /// keeps before the next set's turn (llama.cpp applies adapters to a
-    /// whole step).
-    #[arg(long, default_value_t = 1)]
+    /// whole step, and rebuilds its graph reservation when they change:
+    /// ~4 ms a switch here). Default 4: mixed traffic's throughput near
+    /// the bound of alternating half batches, at a longer p99 gap
+    /// (docs/BENCHMARKS.md [4/8]).
+    #[arg(long, default_value_t = 4)]
     adapter_slice: usize,
     #[command(flatten)]
     limits: LimitArgs,
@@ -385,50 +376,7 @@ fn secs_on(x: f64, flag: &str) -> anyhow::Result<Duration> {
     secs(x, flag)?.ok_or_else(|| anyhow::anyhow!("--{flag} must be above 0"))
 }
 
-#[derive(Args)]
-struct BenchRuntimeArgs {
-    #[command(flatten)]
-    model: ModelArgs,
-    /// Tokens to decode.
-    #[arg(long, default_value_t = 128)]
-    tokens: usize,
-    /// Repetitions (the best and the median are printed).
-    #[arg(long, default_value_t = 3)]
-    reps: usize,
-    /// Sequence slots in the context (as `serve --max-seqs`).
-    #[arg(long, default_value_t = 1)]
-    slots: usize,
-    /// KV cells per slot.
-    #[arg(long, default_value_t = 1024)]
-    ctx_per_seq: u32,
-    /// llama.cpp micro-batch size.
-    #[arg(long, default_value_t = 512)]
-    batch: u32,
-    /// Sequences decoded in lockstep.
-    #[arg(long, default_value_t = 1)]
-    parallel: usize,
-    /// Prompt length per sequence.
-    #[arg(long, default_value_t = 16)]
-    prompt_tokens: usize,
-    /// Use flash attention.
-    #[arg(long)]
-    flash_attn: bool,
-    /// Prefill in chunks of this many tokens (0: one batch).
-    #[arg(long, default_value_t = 0)]
-    chunk: usize,
-    /// Q8_0 KV cache.
-    #[arg(long)]
-    kv_q8: bool,
-    /// Unified KV pool.
-    #[arg(long)]
-    kv_unified: bool,
-    /// Instead: what sharing a prompt of --prompt-tokens between two slots
-    /// costs (the step with the copy vs without, and recomputing).
-    #[arg(long)]
-    copy_cost: bool,
-}
-
-fn resolve_model(m: &Option<PathBuf>) -> anyhow::Result<PathBuf> {
+pub(crate) fn resolve_model(m: &Option<PathBuf>) -> anyhow::Result<PathBuf> {
     match m {
         Some(p) => Ok(p.clone()),
         None => Ok(steward_engine::fetch::ensure_default_model()?),
@@ -466,7 +414,7 @@ pub(crate) fn template_flag(name: &str) -> anyhow::Result<(String, String)> {
     })
 }
 
-fn resolve_served_model(m: &ModelArgs) -> anyhow::Result<PathBuf> {
+pub(crate) fn resolve_served_model(m: &ModelArgs) -> anyhow::Result<PathBuf> {
     if let Some(p) = m.model.first() {
         return Ok(PathBuf::from(serve_models_path(p)));
     }
@@ -505,7 +453,7 @@ fn main() {
     }
 }
 
-fn threads(t: Option<i32>) -> i32 {
+pub(crate) fn threads(t: Option<i32>) -> i32 {
     t.unwrap_or_else(|| {
         std::thread::available_parallelism()
             .map(|n| n.get() as i32)
@@ -751,7 +699,7 @@ async fn shutdown_signal() {
 
 /// `--gpu-layers`: all layers when a GPU is found and none was asked for;
 /// a clear error when offload was asked for and there is no GPU.
-fn gpu_layers(asked: Option<u32>) -> anyhow::Result<u32> {
+pub(crate) fn gpu_layers(asked: Option<u32>) -> anyhow::Result<u32> {
     let gpus = steward_engine::model::gpu_devices()?;
     match asked {
         None if gpus.is_empty() => Ok(0),
@@ -765,71 +713,4 @@ fn gpu_layers(asked: Option<u32>) -> anyhow::Result<u32> {
         ),
         Some(n) => Ok(n),
     }
-}
-
-fn bench_runtime(a: BenchRuntimeArgs) -> anyhow::Result<()> {
-    let path = resolve_served_model(&a.model)?;
-    let model = LoadedModel::load(&path, false, gpu_layers(a.model.gpu_layers)?)?;
-    let n_threads = threads(a.model.threads);
-    let parallel = a.parallel.max(1);
-    let params = RuntimeParams {
-        n_seqs: a.slots.max(parallel),
-        ctx_per_seq: a.ctx_per_seq.max((a.prompt_tokens + a.tokens + 8) as u32),
-        n_batch: a.batch.max(parallel as u32).max(a.prompt_tokens as u32),
-        n_ubatch: a.batch,
-        n_threads,
-        n_threads_batch: n_threads,
-        flash_attn: a.flash_attn,
-        kv_q8: a.kv_q8,
-        kv_unified: a.kv_unified,
-        swa_full: false,
-    };
-    if a.copy_cost {
-        let params = RuntimeParams {
-            n_seqs: a.slots.max(2),
-            ..params
-        };
-        let r = steward_engine::ceiling::copy_cost(&model, &params, a.prompt_tokens, a.reps)?;
-        println!("{}", serde_json::to_value(&r)?);
-        return Ok(());
-    }
-    let chunk = if a.chunk == 0 { usize::MAX } else { a.chunk };
-    let r = steward_engine::ceiling::run_chunked(
-        &model,
-        &params,
-        parallel,
-        a.prompt_tokens,
-        a.tokens,
-        a.reps,
-        chunk,
-    )?;
-    let mut v = serde_json::to_value(&r)?;
-    v["chunk"] = a.chunk.into();
-    v["threads"] = n_threads.into();
-    v["ubatch"] = a.batch.into();
-    v["flash_attn"] = a.flash_attn.into();
-    println!("{v}");
-    Ok(())
-}
-
-fn convert(a: ConvertArgs) -> anyhow::Result<()> {
-    let input = resolve_model(&a.model)?;
-    let format = steward_engine::model::WeightFormat::parse(&a.to)
-        .with_context(|| format!("unknown format {}; use Q4_0, Q4_1, Q8_0, BF16 or F16", a.to))?;
-    let out = a.out.unwrap_or_else(|| {
-        let stem = input
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let base = stem
-            .rsplit_once('.')
-            .map_or(stem.as_str(), |(b, _)| b)
-            .to_string();
-        input.with_file_name(format!("{base}.{}.gguf", format.name()))
-    });
-    let t = std::time::Instant::now();
-    steward_engine::model::convert(&input, &out, format, threads(None))?;
-    eprintln!("converted in {:.1} s", t.elapsed().as_secs_f64());
-    println!("{}", out.display());
-    Ok(())
 }

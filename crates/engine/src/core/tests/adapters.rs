@@ -57,7 +57,9 @@ fn an_adapter_changes_output_and_scale_zero_is_the_base() {
 #[test]
 fn mixed_traffic_equals_solo_runs_and_sets_take_turns() {
     let sets: [&[(usize, f32)]; 4] = [&[], &[(0, 1.0)], &[(1, 0.5)], &[(0, 1.0), (1, 1.0)]];
-    let mut h = with_adapters(cfg(4, false), 2);
+    let mut c = cfg(4, false);
+    c.adapter_slice = 1;
+    let mut h = with_adapters(c, 2);
     let mut rxs = Vec::new();
     for (i, set) in sets.iter().enumerate() {
         let p = prompt(i as TokenId + 1, 10 + i);
