@@ -24,7 +24,7 @@ Parts (--parts, comma-separated; default all):
            waits otherwise sleep once two models' OpenMP threads outnumber
            the cores: a loaded, idle Gemma slows SmolLM2's steps); Steward
            (with the same environment) whose loader thread the script renices
-           from the registry's nice 19 to each --loader-nice value (variants
+           from the registry's own niceness to each --loader-nice value (variants
            load and base only): what a load at that priority does;
            llama-server's router (a process per model). Also printed: when
            Gemma's response ends relative to the SmolLM2 streams' last token.
@@ -55,12 +55,15 @@ Every server: --threads 2 (-t 2), 8 sequences of 2,048 cells (Steward
 part's servers are started first and held for the part; the variants are
 interleaved (A B A B ...), the order rotated each round. Before each
 measured run the script waits until no rustc/cargo process runs (up to
---max-wait s); a sampler thread records whether one ran during a run (the
-JSON's compile flags and the printed summary say so).
+--max-wait s); a sampler thread records whether one ran during a run, or
+whether processes outside the script's own tree used more than a quarter of
+a core on average (the JSON's `compile` flag; the tables leave flagged runs
+out and say how many).
 
 Usage: scripts/bench-models.py [--parts load,gaps,adapters] [--rounds 5]
        [--base-port 8480] [--no-llama] [--gap-tokens 450] [--adapter-tokens 128]
-       [--loader-nice 0,10] [--workloads base8,a8,mix8,1a,2a,1a1b] [--max-wait 1800]
+       [--loader-nice 0,10] [--gap-variants load,warm,base]
+       [--workloads base8,a8,mix8,1a,2a,1a1b] [--max-wait 1800] [--report JSON...]
 Env: STEWARD (default target/release/steward), LLAMA_SERVER, SMOL, GEMMA, PY
 (python with numpy and gguf for gen-random-lora.py; default target/pyenv/bin/python).
 Output: target/bench/models/{load,gaps,adapters}.json and the servers' logs.
@@ -104,11 +107,18 @@ TOPICS = ["a lighthouse keeper", "a lost robot", "the first snow", "a market in 
 # ---------------------------------------------------------------- compiles
 
 class CompileWatch:
-    """Samples `pgrep -x rustc` / `pgrep -x cargo` every second."""
+    """Samples every second whether a `rustc` / `cargo` process runs, and how
+    much CPU processes outside this script's own tree (this script, the
+    servers it started and their children) used: other work on the machine
+    that a run then competes with. A run is flagged when either was seen."""
+
+    FOREIGN_CORES = 0.25  # foreign CPU, in cores averaged over a second, that flags a run
 
     def __init__(self):
         self.seen = []  # monotonic times a compile process was running
+        self.foreign = []  # (monotonic time, cores used by other processes over the last second)
         self.stop = False
+        self.me = os.getpid()
         threading.Thread(target=self._run, daemon=True).start()
 
     @staticmethod
@@ -118,14 +128,50 @@ class CompileWatch:
                 return True
         return False
 
+    def _cpu(self):
+        """(all processes' CPU ticks, this tree's CPU ticks), from /proc."""
+        procs = {}
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    st = f.read().rsplit(")", 1)[1].split()
+                procs[int(d)] = (int(st[1]), int(st[11]) + int(st[12]))  # ppid, utime + stime
+            except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+                pass
+        mine = 0
+        for pid, (ppid, ticks) in procs.items():
+            p, depth = pid, 0
+            while p and p != self.me and depth < 8:
+                p, depth = procs.get(p, (0, 0))[0], depth + 1
+            if p == self.me:
+                mine += ticks
+        return sum(t for _, t in procs.values()), mine
+
     def _run(self):
+        hz = os.sysconf("SC_CLK_TCK")
+        last = None
         while not self.stop:
+            now = time.monotonic()
             if self.running():
-                self.seen.append(time.monotonic())
+                self.seen.append(now)
+            try:
+                total, mine = self._cpu()
+                if last:
+                    # processes that exit within the second are missed; this is a lower bound
+                    other = ((total - last[1]) - (mine - last[2])) / hz / max(now - last[0], 1e-3)
+                    self.foreign.append((now, max(other, 0.0)))
+                last = (now, total, mine)
+            except OSError:
+                pass
             time.sleep(1.0)
 
     def during(self, t0, t1):
-        return any(t0 - 1.0 <= t <= t1 + 1.0 for t in self.seen)
+        if any(t0 - 1.0 <= t <= t1 + 1.0 for t in self.seen):
+            return True
+        xs = [c for t, c in self.foreign if t0 <= t <= t1 + 1.0]
+        return bool(xs) and statistics.mean(xs) > self.FOREIGN_CORES
 
     def quiet(self, max_wait):
         t0 = time.monotonic()
@@ -511,7 +557,7 @@ def part_gaps(servers, rounds, tokens):
         order = servers[r % len(servers):] + servers[:r % len(servers)]
         for s in order:
             seq = ["load", "warm", "base"] if r % 2 == 0 else ["base", "load", "warm"]
-            seq = [v for v in seq if v in getattr(s, "variants", seq)]
+            seq = [v for v in seq if v in getattr(s, "variants", seq) and v in ARGS.gap_variants.split(",")]
             for v in seq:
                 if v in ("load", "base"):
                     unload_gemma(s)
@@ -745,6 +791,7 @@ def main():
     ap.add_argument("--adapter-tokens", type=int, default=128)
     ap.add_argument("--loader-nice", default="0,10",
                     help="part gaps: also Steward servers whose loader thread is reniced to these values")
+    ap.add_argument("--gap-variants", default="load,warm,base", help="part gaps: which variants")
     ap.add_argument("--workloads", default=",".join(WORKLOADS), help="part adapters: which workloads")
     ap.add_argument("--max-wait", type=float, default=1800, help="longest wait for a compile to end, s")
     ap.add_argument("--report", nargs="+", metavar="JSON", help="print the tables of earlier runs' JSON and exit")
