@@ -412,41 +412,37 @@ impl Loaded {
     /// Compute the identity, start the tokenizer pool and the execution
     /// owner, within `budget` bytes (fewer slots than configured when they
     /// do not all fit; an error when not even one does).
-    pub fn start(self, budget: Option<u64>) -> Result<EngineHandle, LoadError> {
-        let Loaded {
-            model,
-            mut config,
-            load_ms,
-            bytes_per_cell,
-            mut identity,
-        } = self;
+    pub fn start(mut self, budget: Option<u64>) -> Result<EngineHandle, LoadError> {
         if let Some(budget) = budget {
-            let overhead = (256u64 << 20) + config.prefix_host_bytes + config.checkpoint_bytes;
             let fit = memory::fit_sequences(
                 budget,
-                model.facts.weights_bytes,
-                overhead,
-                bytes_per_cell,
-                config.ctx_per_seq,
-                config.max_seqs,
+                self.model.facts.weights_bytes,
+                self.overhead(),
+                self.bytes_per_cell,
+                self.config.ctx_per_seq,
+                self.config.max_seqs,
             )
             .map_err(LoadError::Budget)?;
-            if fit < config.max_seqs {
+            let c = &mut self.config;
+            if fit < c.max_seqs {
                 tracing::warn!(
-                    model = %config.served_name,
-                    requested = config.max_seqs,
+                    model = %c.served_name,
+                    requested = c.max_seqs,
                     fit,
                     "memory budget: fewer sequences than --max-seqs"
                 );
-                config.max_seqs = fit;
-                config.max_decode_seqs = config.max_decode_seqs.min(fit);
+                c.max_seqs = fit;
+                c.max_decode_seqs = c.max_decode_seqs.min(fit);
             }
         }
-        let footprint = model.facts.weights_bytes
-            + (256u64 << 20)
-            + config.prefix_host_bytes
-            + config.checkpoint_bytes
-            + bytes_per_cell * u64::from(config.ctx_per_seq) * config.max_seqs as u64;
+        let footprint = self.full_need();
+        let Loaded {
+            model,
+            config,
+            load_ms,
+            mut identity,
+            ..
+        } = self;
         identity.adapters = config.adapters.iter().map(|a| a.name.clone()).collect();
         tracing::info!(
             load_ms,

@@ -8,7 +8,6 @@
 mod common;
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use serde_json::{json, Value};
 use steward_engine::{AdapterSpec, EngineConfig};
@@ -94,10 +93,7 @@ async fn lora_adapters_on_the_default_model() {
             idle_unload: None,
             retry_after_s: 10,
         },
-        Arc::new(|s: &Source| match s {
-            Source::Path(p) => Ok(p.clone()),
-            Source::Hub(_) => Err("no hub".into()),
-        }),
+        common::file_resolver(),
     );
     assert!(reg.preload().await.is_empty());
     // (Admin routes need an API key.)
@@ -106,22 +102,7 @@ async fn lora_adapters_on_the_default_model() {
         ..Default::default()
     });
     state.set_registry(reg.clone());
-    let listener = steward_server::bind("127.0.0.1:0".parse().unwrap(), None).unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(steward_server::serve_forever(
-        listener,
-        state,
-        Default::default(),
-    ));
-    let mut auth = reqwest::header::HeaderMap::new();
-    auth.insert("authorization", "Bearer k".parse().unwrap());
-    let s = common::Server {
-        base: format!("http://{addr}"),
-        client: reqwest::Client::builder()
-            .default_headers(auth)
-            .build()
-            .unwrap(),
-    };
+    let s = common::serve_state(state, Some("k")).await;
 
     let p = "The capital of France is";
     let base_out = text(&complete(&s, body("smol", p, 12)).await);
@@ -191,15 +172,7 @@ async fn lora_adapters_on_the_default_model() {
     }
 
     // Listed as models of their own; gateways' metric.
-    let list: Value = s
-        .client
-        .get(format!("{}/v1/models", s.base))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let list = s.get_json("/v1/models").await;
     let card = list["data"]
         .as_array()
         .unwrap()
@@ -209,15 +182,7 @@ async fn lora_adapters_on_the_default_model() {
         .expect("smol:a listed");
     assert_eq!(card["parent"], "smol");
     assert_eq!(card["adapter"]["id"], 0);
-    let m = s
-        .client
-        .get(format!("{}/metrics", s.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let m = s.get_text("/metrics").await;
     assert!(
         m.contains("vllm:lora_requests_info{model=\"smol\",max_lora=\"2\""),
         "{m}"

@@ -42,24 +42,7 @@ fn spec(name: &str, path: std::path::PathBuf, pinned: bool) -> ModelSpec {
 async fn serve(reg: Arc<Registry>) -> common::Server {
     let state = steward_server::AppState::with_options(Default::default());
     state.set_registry(reg);
-    let listener = steward_server::bind("127.0.0.1:0".parse().unwrap(), None).unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(steward_server::serve_forever(
-        listener,
-        state,
-        Default::default(),
-    ));
-    common::Server {
-        base: format!("http://{addr}"),
-        client: reqwest::Client::new(),
-    }
-}
-
-fn resolver() -> steward_registry::Resolver {
-    Arc::new(|s: &Source| match s {
-        Source::Path(p) => Ok(p.clone()),
-        Source::Hub(h) => Err(format!("no hub in this test ({h})")),
-    })
+    common::serve_state(state, None).await
 }
 
 async fn complete(s: &common::Server, model: &str) -> (u16, reqwest::header::HeaderMap, Value) {
@@ -68,15 +51,7 @@ async fn complete(s: &common::Server, model: &str) -> (u16, reqwest::header::Hea
 }
 
 async fn models(s: &common::Server) -> Vec<Value> {
-    let v: Value = s
-        .client
-        .get(format!("{}/v1/models", s.base))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v = s.get_json("/v1/models").await;
     v["data"].as_array().unwrap().clone()
 }
 
@@ -125,7 +100,7 @@ async fn several_models_in_one_server() {
             idle_unload: None,
             retry_after_s: 10,
         },
-        resolver(),
+        common::file_resolver(),
     );
     assert!(reg.preload().await.is_empty());
     let s = serve(reg.clone()).await;
@@ -199,15 +174,7 @@ async fn several_models_in_one_server() {
     let (st, _, e) = s.post("/admin/models/third/load", "{}").await;
     common::assert_error(st, &e, 403, "admin_disabled");
     // Metrics carry the model.
-    let m = s
-        .client
-        .get(format!("{}/metrics", s.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let m = s.get_text("/metrics").await;
     for want in [
         "steward_requests_running{model=\"smol\"}",
         "steward_requests_running{model=\"gemma\"}",
@@ -231,7 +198,7 @@ async fn several_models_in_one_server() {
             idle_unload: Some(Duration::from_secs(2)),
             retry_after_s: 10,
         },
-        resolver(),
+        common::file_resolver(),
     );
     assert!(reg.preload().await.is_empty());
     tokio::spawn(reg.clone().run_idle_unloader());
@@ -263,15 +230,7 @@ async fn several_models_in_one_server() {
         "its own output, loaded alone as beside smol"
     );
     let loaded_rss = rss();
-    let ledger: Value = s
-        .client
-        .get(format!("{}/debug/ledger", s.base))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let ledger = s.get_json("/debug/ledger").await;
     let gemma_weights = ledger["models"]["gemma"]["weights"].as_u64().unwrap();
     assert!(gemma_weights > 100 << 20, "{ledger}");
     assert!(
@@ -294,15 +253,7 @@ async fn several_models_in_one_server() {
         after >> 20,
         gemma_weights >> 20
     );
-    let ledger: Value = s
-        .client
-        .get(format!("{}/debug/ledger", s.base))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let ledger = s.get_json("/debug/ledger").await;
     assert!(ledger["models"].get("gemma").is_none(), "{ledger}");
     assert!(ledger["models"].get("smol").is_some());
     // The next request loads it again.

@@ -47,6 +47,40 @@ pub async fn server_opts(
     }
 }
 
+/// Serve a state whose engines are already set (a registry of several
+/// models, an API key) on 127.0.0.1:0; `key` is sent with every request.
+pub async fn serve_state(
+    state: std::sync::Arc<steward_server::AppState>,
+    key: Option<&str>,
+) -> Server {
+    let listener = steward_server::bind("127.0.0.1:0".parse().unwrap(), None).unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(steward_server::serve_forever(
+        listener,
+        state,
+        Default::default(),
+    ));
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Some(k) = key {
+        headers.insert("authorization", format!("Bearer {k}").parse().unwrap());
+    }
+    Server {
+        base: format!("http://{addr}"),
+        client: reqwest::Client::builder()
+            .default_headers(headers)
+            .build()
+            .unwrap(),
+    }
+}
+
+/// A registry resolver for files only.
+pub fn file_resolver() -> steward_registry::Resolver {
+    std::sync::Arc::new(|s: &steward_registry::Source| match s {
+        steward_registry::Source::Path(p) => Ok(p.clone()),
+        steward_registry::Source::Hub(h) => Err(format!("no hub in this test ({h})")),
+    })
+}
+
 pub async fn server() -> Server {
     server_with(None, |_| {}).await
 }
@@ -120,6 +154,23 @@ impl Server {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// GET `path` and return the body (any status).
+    pub async fn get_text(&self, path: &str) -> String {
+        self.client
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
+    /// GET `path` and parse the body as JSON.
+    pub async fn get_json(&self, path: &str) -> Value {
+        serde_json::from_str(&self.get_text(path).await).unwrap()
     }
 
     pub async fn metric(&self, name: &str) -> f64 {
