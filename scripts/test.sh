@@ -40,5 +40,7 @@ python3 scripts/swa-check.py --model "$(./target/release/steward fetch-model gem
   --answer-tokens 16 --long-tokens 600 --ctx-per-seq 4096 --tie 0.5
 echo "== OpenAI Python client against steward serve"
 ./scripts/openai_client_check.sh
+echo "== anthropic and openai Python clients: Messages, Responses, embeddings, rerank"
+./scripts/agent_api_check.sh
 echo "== fuzz targets, ${FUZZ_SECONDS:-20} s each"
 ./scripts/fuzz.sh "${FUZZ_SECONDS:-20}"

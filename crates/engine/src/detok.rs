@@ -26,6 +26,8 @@ pub struct StreamDetokenizer {
     stops: Vec<String>,
     max_stop: usize,
     stopped: bool,
+    /// The stop string that matched.
+    matched: Option<String>,
 }
 
 impl StreamDetokenizer {
@@ -37,6 +39,11 @@ impl StreamDetokenizer {
             max_stop,
             ..Default::default()
         }
+    }
+
+    /// The stop string that ended the text, if one did.
+    pub fn matched(&self) -> Option<&str> {
+        self.matched.as_deref()
     }
 
     /// Add one token's bytes.
@@ -73,9 +80,10 @@ impl StreamDetokenizer {
         let hit = self
             .stops
             .iter()
-            .filter_map(|s| self.held.find(s.as_str()))
-            .min();
-        if let Some(at) = hit {
+            .filter_map(|s| self.held.find(s.as_str()).map(|at| (at, s)))
+            .min_by_key(|&(at, _)| at);
+        if let Some((at, s)) = hit {
+            self.matched = Some(s.clone());
             let text = self.held[..at].to_string();
             self.held.clear();
             self.stopped = true;

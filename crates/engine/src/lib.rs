@@ -35,8 +35,9 @@ pub(crate) fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
         .or_else(|| p.downcast_ref::<String>().cloned())
         .unwrap_or_default()
 }
+pub use crate::core::embed::EmbedOutput;
 pub use crate::identity::ModelIdentity;
-pub use crate::model::{LoadError, TokenId};
+pub use crate::model::{LoadError, Pooling, TokenId};
 pub use crate::prepare::{PrepareError, Preparer};
 pub use crate::stats::{CancelState, EngineStats, Histogram};
 pub use crate::stream::{
@@ -294,6 +295,8 @@ pub(crate) enum Command {
         AdapterSpec,
         tokio::sync::oneshot::Sender<Result<AdapterInfo, String>>,
     ),
+    /// Embed (or score) tokenized inputs: embedding models only.
+    Embed(Box<core::embed::EmbedSubmission>),
 }
 
 /// What happens to a request whose client reads slower than it generates.
@@ -455,17 +458,27 @@ impl Loaded {
         let (stats_tx, stats_rx) = watch::channel(EngineStats::starting(&config, load_ms));
         let queued = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let adapters = Arc::new(std::sync::RwLock::new(Vec::new()));
-        let owner = core::spawn(core::OwnerArgs {
-            model: model.clone(),
-            parts: core::OwnerParts {
-                config: config.clone(),
-                inbox: inbox_rx,
-                stats: stats_tx,
-                queued: queued.clone(),
-                prefix_key: identity.prefix_key(),
-                adapters: adapters.clone(),
-            },
-        })?;
+        let owner = if model.facts.pooling.is_some() {
+            core::embed::spawn(
+                model.clone(),
+                config.clone(),
+                inbox_rx,
+                stats_tx,
+                queued.clone(),
+            )?
+        } else {
+            core::spawn(core::OwnerArgs {
+                model: model.clone(),
+                parts: core::OwnerParts {
+                    config: config.clone(),
+                    inbox: inbox_rx,
+                    stats: stats_tx,
+                    queued: queued.clone(),
+                    prefix_key: identity.prefix_key(),
+                    adapters: adapters.clone(),
+                },
+            })?
+        };
         Ok(EngineHandle {
             shared: Arc::new(Shared {
                 config,
@@ -509,7 +522,16 @@ impl Engine {
             config.n_gpu_layers,
         )?);
         let load_ms = t0.elapsed().as_secs_f64() * 1e3;
-        let bytes_per_cell = bytes_per_cell(&model, &config);
+        let mut config = config;
+        let bytes_per_cell = if model.facts.pooling.is_some() {
+            // An embedding model keeps no state between requests: no KV
+            // pool, no host tiers.
+            config.prefix_host_bytes = 0;
+            config.checkpoint_bytes = 0;
+            0
+        } else {
+            bytes_per_cell(&model, &config)
+        };
         let identity = identity::ModelIdentity::compute(&config.model_path, &model)?;
         Ok(Loaded {
             model,
@@ -688,6 +710,63 @@ impl EngineHandle {
             }
             if w.changed().await.is_err() {
                 return false;
+            }
+        }
+    }
+
+    /// The pooling of an embedding or reranking model; `None` for a
+    /// generative one.
+    pub fn pooling(&self) -> Option<model::Pooling> {
+        self.shared.model.facts.pooling
+    }
+
+    /// Tokens of the longest input an embedding model takes.
+    pub fn max_embed_input(&self) -> usize {
+        core::embed::embed_params(&self.shared.model, &self.shared.config).n_batch as usize
+    }
+
+    /// Tokenize an embedding input with the vocabulary's special tokens.
+    pub fn embed_tokens(&self, text: &str) -> Vec<TokenId> {
+        self.shared.model.tokenize_with_specials(text)
+    }
+
+    /// Hand tokenized inputs to an embedding model's owner. Never blocks;
+    /// the same waiting bound as `submit`. Dropping the receiver cancels
+    /// what is not yet computed.
+    pub fn embed(
+        &self,
+        id: String,
+        inputs: Vec<Vec<TokenId>>,
+        deadline: Option<Instant>,
+    ) -> Result<tokio::sync::oneshot::Receiver<Result<EmbedOutput, GenerationError>>, SubmitError>
+    {
+        if !self.shared.stats.borrow().ready {
+            return Err(SubmitError::NotReady);
+        }
+        if self.is_draining() {
+            return Err(SubmitError::Draining);
+        }
+        use std::sync::atomic::Ordering;
+        let max = self.shared.config.max_waiting;
+        if self.shared.queued.fetch_add(1, Ordering::AcqRel) >= max {
+            self.shared.queued.fetch_sub(1, Ordering::AcqRel);
+            return Err(SubmitError::QueueFull(max));
+        }
+        let (reply, rx) = tokio::sync::oneshot::channel();
+        let sub = core::embed::EmbedSubmission {
+            id,
+            inputs,
+            reply,
+            deadline,
+        };
+        match self.shared.inbox.try_send(Command::Embed(Box::new(sub))) {
+            Ok(()) => Ok(rx),
+            Err(e) => {
+                self.shared.queued.fetch_sub(1, Ordering::AcqRel);
+                Err(match e {
+                    mpsc::error::TrySendError::Full(_) => SubmitError::QueueFull(max),
+                    mpsc::error::TrySendError::Closed(_) => SubmitError::Stopped,
+                })
             }
         }
     }

@@ -22,8 +22,10 @@ use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
 
+mod embed;
 mod lora;
 mod state;
+pub use embed::{EmbedParams, EmbedRuntime, Pooling};
 pub use state::MemoryKind;
 
 /// A token ID as the engine sees it.
@@ -132,6 +134,9 @@ pub struct ModelFacts {
     pub bos: Option<TokenId>,
     pub eos: Option<TokenId>,
     pub add_bos: bool,
+    /// An embedding or reranking model: the pooling its GGUF names
+    /// (`{arch}.pooling_type`); `None` for a generative model.
+    pub pooling: Option<Pooling>,
 }
 
 /// Immutable per-token tables, shared by `Arc` with the execution owner
@@ -301,6 +306,9 @@ impl LoadedModel {
             bos: tok_opt(vocab.bos()),
             eos: tok_opt(vocab.eos()),
             add_bos: vocab.should_add_bos(),
+            pooling: meta(&format!("{arch}.pooling_type"))
+                .and_then(|v| v.trim().parse::<i64>().ok())
+                .and_then(Pooling::from_gguf),
         };
         let eog_ids = (0..eog.len() as TokenId)
             .filter(|&t| eog[t as usize])
@@ -334,6 +342,18 @@ impl LoadedModel {
             }
         }
         out
+    }
+
+    /// Tokenize an embedding input with the vocabulary's own special tokens
+    /// around it (BERT: `[CLS] … [SEP]`; a decoder: its BOS, and EOS where
+    /// the GGUF asks for one), as llama-server does.
+    pub fn tokenize_with_specials(&self, text: &str) -> Vec<TokenId> {
+        self.model
+            .vocab()
+            .tokenize(text.as_bytes(), true, false)
+            .into_iter()
+            .map(|t| t.0)
+            .collect()
     }
 
     /// KV bytes one token of one sequence occupies (K and V, f16, all layers).

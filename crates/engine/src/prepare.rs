@@ -316,8 +316,28 @@ impl Preparer {
     ) -> Result<Vec<TokenId>, PrepareError> {
         let model = self.model.clone();
         self.on_pool(move || {
+            // An embedding model's inputs carry its specials at both ends.
+            if add_special && model.facts.pooling.is_some() {
+                return Ok(model.tokenize_with_specials(&text));
+            }
             let add_bos = add_special && model.facts.add_bos;
             Ok(model.tokenize(&text, add_bos, parse_special))
+        })
+        .await
+    }
+
+    /// Tokenize embedding inputs on the pool, each with the vocabulary's
+    /// special tokens around it (BERT: `[CLS] … [SEP]`).
+    pub async fn embed_inputs(
+        &self,
+        texts: Vec<String>,
+    ) -> Result<Vec<Vec<TokenId>>, PrepareError> {
+        let model = self.model.clone();
+        self.on_pool(move || {
+            Ok(texts
+                .iter()
+                .map(|t| model.tokenize_with_specials(t))
+                .collect())
         })
         .await
     }

@@ -52,6 +52,8 @@ pub struct TokenLogprob {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Finished {
     pub reason: FinishReason,
+    /// The stop string that ended the output (`reason` is `Stop`).
+    pub stop_sequence: Option<String>,
     pub prompt_tokens: u32,
     /// Prompt tokens whose state came from the prefix cache.
     pub cached_tokens: u32,

@@ -10,8 +10,11 @@
 mod body;
 pub mod chat_input;
 pub mod conn;
+mod dialect;
+mod embed;
 pub mod error;
 mod forcing;
+mod generate;
 mod introspect;
 mod labels;
 pub mod limits;
@@ -23,11 +26,10 @@ mod reply;
 pub mod tools;
 pub mod validate;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
-use axum::body::Bytes;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
@@ -35,12 +37,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::json;
-use steward_engine::{EngineHandle, Event, GenerateRequest, PrepareError, Preparer};
+use steward_engine::EngineHandle;
 
 use crate::error::ApiError;
-use crate::output::OutputCtx;
-use crate::reply::{collect, ctx_timeout, sse_response, ReplyCtx};
-use crate::validate::PromptInput;
+pub(crate) use crate::generate::Api;
 
 pub struct AppState {
     /// Set once the models are known; until then the server answers
@@ -63,6 +63,9 @@ pub struct AppState {
     pub cors_origins: Vec<String>,
     /// Open connections (`conn::serve` keeps them).
     pub conns: Arc<conn::ConnStats>,
+    /// Stored responses (`store: true`), for `previous_response_id` and
+    /// `GET /v1/responses/{id}`: bounded in count, bytes and age.
+    pub responses: Arc<steward_dialects::responses::Store>,
     next_seq: AtomicU64,
 }
 
@@ -77,6 +80,10 @@ pub struct ServerOptions {
     pub body_timeout: std::time::Duration,
     /// `--cors-origin` (repeatable; `*` allows any origin).
     pub cors_origins: Vec<String>,
+    /// The Responses API's store: most responses, bytes, lifetime
+    /// (`--responses-store-entries`, `--responses-store-mb`,
+    /// `--responses-ttl-s`).
+    pub responses_store: (usize, u64, std::time::Duration),
 }
 
 impl Default for ServerOptions {
@@ -88,6 +95,7 @@ impl Default for ServerOptions {
             limits: limits::Limits::default(),
             body_timeout: std::time::Duration::from_secs(30),
             cors_origins: Vec::new(),
+            responses_store: (1024, 64 << 20, std::time::Duration::from_secs(3600)),
         }
     }
 }
@@ -133,6 +141,11 @@ impl AppState {
             body_timeout: o.body_timeout,
             cors_origins: o.cors_origins,
             conns: Arc::default(),
+            responses: Arc::new(steward_dialects::responses::Store::new(
+                o.responses_store.0,
+                o.responses_store.1 as usize,
+                o.responses_store.2,
+            )),
             next_seq: AtomicU64::new(1),
         })
     }
@@ -224,8 +237,19 @@ pub async fn serve_forever(
 /// touching the engine thread.
 pub fn app(state: Shared) -> Router {
     let api = Router::new()
-        .route("/v1/chat/completions", post(chat_completions))
-        .route("/v1/completions", post(completions))
+        .route("/v1/chat/completions", post(generate::chat_completions))
+        .route("/v1/completions", post(generate::completions))
+        .route("/v1/messages", post(dialect::messages))
+        .route("/v1/messages/count_tokens", post(dialect::count_tokens))
+        .route("/v1/responses", post(dialect::create_response))
+        .route(
+            "/v1/responses/{id}",
+            get(dialect::get_response).delete(dialect::delete_response),
+        )
+        .route("/v1/responses/{id}/input_items", get(dialect::input_items))
+        .route("/v1/embeddings", post(embed::embeddings))
+        .route("/v1/rerank", post(embed::rerank))
+        .route("/rerank", post(embed::rerank))
         .route("/v1/models", get(models::list))
         .route("/v1/models/{*id}", get(models::one))
         .route("/admin/models/{name}/load", post(models::admin_load))
@@ -251,6 +275,7 @@ pub fn app(state: Shared) -> Router {
             body::read_body,
         ))
         .layer(axum::extract::DefaultBodyLimit::disable())
+        .layer(axum::middleware::from_fn(dialect::anthropic_errors))
         .with_state(state);
     match cors {
         Some(c) => router.layer(c),
@@ -286,6 +311,8 @@ fn cors_layer(origins: &[String]) -> Option<tower_http::cors::CorsLayer> {
                 header::AUTHORIZATION,
                 header::CONTENT_TYPE,
                 header::HeaderName::from_static("x-request-id"),
+                header::HeaderName::from_static("x-api-key"),
+                header::HeaderName::from_static("anthropic-version"),
             ])
             .expose_headers([header::HeaderName::from_static("x-request-id")]),
     )
@@ -316,11 +343,14 @@ fn ct_eq(a: &[u8], b: &[u8]) -> bool {
 
 async fn auth(State(s): State<Shared>, req: Request, next: Next) -> Response {
     if let Some(key) = &s.api_key {
-        let given = req
-            .headers()
+        // `Authorization: Bearer KEY` (OpenAI) or `x-api-key: KEY`
+        // (Anthropic's clients).
+        let h = req.headers();
+        let given = h
             .get("authorization")
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
+            .or_else(|| h.get("x-api-key").and_then(|v| v.to_str().ok()))
             .unwrap_or("");
         if !ct_eq(given.as_bytes(), key.as_bytes()) {
             s.metrics.record_status(401);
@@ -395,6 +425,13 @@ async fn debug_ledger(State(s): State<Shared>) -> Result<Json<serde_json::Value>
         .collect();
     v["models"] = serde_json::Value::Object(models);
     v["registry_budget"] = json!(reg.options().budget);
+    // Server-side memory beside the models: the Responses store, bounded
+    // by its byte cap (reserved out of `--memory-budget`).
+    v["response_store"] = json!({
+        "bytes": s.responses.bytes(),
+        "capacity_bytes": s.responses.capacity_bytes(),
+        "entries": s.responses.len(),
+    });
     Ok(Json(v))
 }
 
@@ -442,6 +479,7 @@ async fn metrics_text(State(s): State<Shared>) -> Response {
     blocks.push((String::new(), b));
     let mut body = labels::merge(&blocks);
     models::render_states(&mut body, reg);
+    metrics::render_store(&mut body, &s.responses);
     ([("content-type", "text/plain; version=0.0.4")], body).into_response()
 }
 
@@ -458,298 +496,4 @@ fn request_id(headers: &HeaderMap, prefix: &str, seq: u64) -> String {
         })
         .map(str::to_string)
         .unwrap_or_else(|| format!("{prefix}-{:x}{:06x}", now_secs(), seq))
-}
-
-#[derive(Clone, Copy, PartialEq)]
-enum Api {
-    Chat,
-    Completion,
-}
-
-async fn chat_completions(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
-    generate(s, headers, body, Api::Chat).await
-}
-
-async fn completions(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
-    generate(s, headers, body, Api::Completion).await
-}
-
-async fn generate(s: Shared, headers: HeaderMap, body: Bytes, api: Api) -> Response {
-    let arrival = Instant::now();
-    let seq = s.next_seq.fetch_add(1, Ordering::Relaxed);
-    let id = request_id(
-        &headers,
-        if api == Api::Chat { "chatcmpl" } else { "cmpl" },
-        seq,
-    );
-    let peek = models::Peek::of(&body);
-    // A stream whose model must load first answers at once and pings
-    // while it loads.
-    let waits = peek.stream() && s.registry().is_ok_and(|r| r.would_wait(peek.model()));
-    let name = s
-        .registry
-        .get()
-        .and_then(|r| r.model_of(peek.model()))
-        .unwrap_or_default();
-    let fut = answer(s.clone(), id.clone(), seq, body, api, arrival, peek);
-    let mut resp = if waits {
-        s.model_metrics(&name).record_status(200);
-        models::loading_stream(&s, fut)
-    } else {
-        fut.await
-    };
-    if let Ok(v) = HeaderValue::from_str(&id) {
-        resp.headers_mut().insert("x-request-id", v);
-    }
-    resp
-}
-
-async fn answer(
-    s: Shared,
-    id: String,
-    seq: u64,
-    body: Bytes,
-    api: Api,
-    arrival: Instant,
-    peek: models::Peek,
-) -> Response {
-    let span = tracing::info_span!("request", request_id = %id);
-    let result =
-        tracing::Instrument::instrument(run(&s, &id, seq, body, api, arrival, peek), span).await;
-    match result {
-        Ok(r) => r,
-        Err((e, m)) => {
-            tracing::info!(request_id = %id, status = e.status.as_u16(), code = e.code, "request rejected");
-            let m = m.unwrap_or_else(|| s.metrics.clone());
-            m.record_status(e.status.as_u16());
-            m.record_failure(e.code);
-            e.into_response()
-        }
-    }
-}
-
-async fn run(
-    s: &Shared,
-    id: &str,
-    seq: u64,
-    body: Bytes,
-    api: Api,
-    arrival: Instant,
-    peek: models::Peek,
-) -> Result<Response, (ApiError, Option<Arc<metrics::HttpMetrics>>)> {
-    let routed = models::route(s, &peek).await.map_err(|e| (e, None))?;
-    let m = routed.metrics.clone();
-    generate_on(s, id, seq, body, api, arrival, routed)
-        .await
-        .map_err(|e| (e, Some(m)))
-}
-
-async fn generate_on(
-    s: &Shared,
-    id: &str,
-    seq: u64,
-    body: Bytes,
-    api: Api,
-    arrival: Instant,
-    routed: models::Routed,
-) -> Result<Response, ApiError> {
-    let engine = &routed.engine;
-    let adapters = &routed.adapters;
-    let (mut spec, input) = match api {
-        Api::Chat => validate::chat(&body, seq, &s.limits)?,
-        Api::Completion => {
-            validate::completion(&body, seq, engine.preparer().n_vocab(), &s.limits)?
-        }
-    };
-    let n_vocab = engine.preparer().n_vocab();
-    if let Some(&(t, _)) = spec
-        .sampling
-        .logit_bias
-        .iter()
-        .find(|b| b.0 as usize >= n_vocab)
-    {
-        return Err(ApiError::invalid_value(
-            format!("`logit_bias` names token {t}, outside the vocabulary (0..{n_vocab})"),
-            "logit_bias",
-        ));
-    }
-    let served = &routed.name;
-    let score_prompt = spec.echo && spec.logprobs.is_some();
-    if score_prompt && spec.stream {
-        return Err(ApiError::unsupported(
-            "`echo` with `logprobs` is supported without `stream` only",
-            "echo",
-        ));
-    }
-    // Text certainly longer than the context is refused before the template
-    // and the tokenizer spend time on it (a token covers at most the
-    // vocabulary's longest token of text).
-    let tool_bytes = spec.tools.as_ref().map_or(0, |t| t.tools.to_string().len());
-    let text_bytes = match &input {
-        PromptInput::Chat(c) => {
-            tool_bytes
-                + c.messages
-                    .iter()
-                    .map(|m| m.to_string().len())
-                    .sum::<usize>()
-        }
-        PromptInput::Text(t) => t.len(),
-        PromptInput::Tokens(_) => 0,
-    };
-    engine
-        .preparer()
-        .check_text_fits(text_bytes, engine.context_limit())?;
-    let mut echo_text = None;
-    let mut output = None;
-    let mut in_reasoning = false;
-    let prompt = match input {
-        PromptInput::Chat(c) => {
-            let pr = engine.preparer();
-            let t = pr.chat(c).await?;
-            in_reasoning = t.in_reasoning;
-            output = Some(OutputCtx {
-                family: pr.family(),
-                tools: spec.tools.as_ref().map(|p| p.tools.clone()),
-                reasoning: spec.reasoning,
-                in_reasoning: t.in_reasoning,
-            });
-            t.tokens
-        }
-        PromptInput::Text(t) => {
-            if spec.echo {
-                echo_text = Some(t.clone());
-            }
-            engine.preparer().text(t).await?
-        }
-        PromptInput::Tokens(t) => {
-            if spec.echo {
-                let bytes: Vec<u8> = t
-                    .iter()
-                    .flat_map(|&x| engine.token_bytes(x).to_vec())
-                    .collect();
-                echo_text = Some(String::from_utf8_lossy(&bytes).into_owned());
-            }
-            t
-        }
-    };
-    let first_prompt_token = prompt.first().copied();
-    let tokenized = Instant::now();
-    let max_tokens = Preparer::resolve_max_tokens(
-        prompt.len(),
-        spec.max_tokens,
-        engine.context_limit(),
-        engine.config().max_tokens_limit,
-    )?;
-    let lp_tokens = if score_prompt {
-        prompt.len() as u64 + u64::from(max_tokens)
-    } else {
-        u64::from(max_tokens)
-    };
-    validate::check_logprob_volume(&spec, lp_tokens, &s.limits)?;
-    forcing::chat_grammar(&mut spec, api, engine, in_reasoning, max_tokens)?;
-    let mut constraint = match &spec.grammar {
-        None => None,
-        Some((g, param)) => Some(engine.preparer().constraint(g.clone()).await.map_err(
-            |e| match e {
-                PrepareError::Grammar(m) => ApiError {
-                    code: "invalid_grammar",
-                    ..ApiError::invalid_value(format!("`{param}` does not compile: {m}"), param)
-                },
-                e => ApiError::from(e),
-            },
-        )?),
-    };
-    let deadline = {
-        let asked = ctx_timeout(&spec);
-        let limit = s.request_timeout;
-        let d = match (asked, limit) {
-            (Some(a), Some(l)) => Some(a.min(l)),
-            (a, l) => a.or(l),
-        };
-        // A deadline past what `Instant` can hold is no deadline.
-        d.and_then(|d| arrival.checked_add(d))
-    };
-    // One sequence per choice: the same prompt (computed once and shared
-    // through the prefix cache), its own RNG stream (seed + index), its own
-    // copy of the grammar state.
-    let n = spec.n;
-    let mut streams = Vec::with_capacity(n as usize);
-    for i in 0..n {
-        let mut sampling = spec.sampling.clone();
-        sampling.seed = sampling.seed.wrapping_add(u64::from(i));
-        streams.push(engine.submit(GenerateRequest {
-            id: if n == 1 {
-                id.to_string()
-            } else {
-                format!("{id}-{i}")
-            },
-            prompt: prompt.clone(),
-            max_tokens,
-            sampling,
-            stop: spec.stop.clone(),
-            ignore_eos: spec.ignore_eos,
-            logprobs: spec.logprobs,
-            prompt_logprobs: score_prompt,
-            arrival,
-            tokenized,
-            deadline,
-            // Each choice advances its own grammar state; the last takes
-            // the compiled one.
-            constraint: if i + 1 == n {
-                constraint.take()
-            } else {
-                constraint.clone()
-            },
-            markers: (api == Api::Chat).then(|| engine.preparer().markers(spec.tools.is_some())),
-            adapters: adapters.clone(),
-        })?);
-    }
-    let ctx = ReplyCtx {
-        id: id.to_string(),
-        model: served.clone(),
-        created: now_secs(),
-        api,
-        spec,
-        arrival,
-        engine: engine.clone(),
-        metrics: routed.metrics.clone(),
-        echo_text,
-        first_prompt_token,
-        output,
-    };
-    // Wait for the first choice's admission (or a queue timeout, which is
-    // then a real 503). Only the first: with fewer free slots than `n` the
-    // later choices are admitted as earlier ones finish, which needs their
-    // output read meanwhile (waiting for every admission first deadlocked
-    // until the slow-reader timeout).
-    let mut firsts = vec![None; streams.len()];
-    if let Some(st) = streams.first_mut() {
-        firsts[0] = match st.next().await {
-            Some(Event::Admitted) => None,
-            Some(Event::Error(e)) => return Err(ApiError::from(e)),
-            other => other,
-        };
-    }
-    if ctx.spec.stream {
-        ctx.metrics.record_status(200);
-        Ok(sse_response(s.clone(), ctx, streams, firsts))
-    } else {
-        let results = futures::future::join_all(
-            streams
-                .into_iter()
-                .zip(firsts)
-                .map(|(st, first)| collect(st, first)),
-        )
-        .await
-        .into_iter()
-        .collect::<Result<Vec<_>, _>>()?;
-        ctx.metrics.record_status(200);
-        for r in &results {
-            ctx.metrics.observe_finished(&r.2);
-        }
-        // Non-streaming: the first text leaves with the whole body.
-        ctx.metrics
-            .observe_first_text(ctx.arrival.elapsed().as_secs_f64());
-        Ok(Json(ctx.full_response(results)).into_response())
-    }
 }

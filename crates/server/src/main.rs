@@ -356,6 +356,16 @@ struct LimitArgs {
     /// any). Default: none.
     #[arg(long)]
     cors_origin: Vec<String>,
+    /// Responses API store (`store: true`): most responses kept.
+    #[arg(long, default_value_t = 1024)]
+    responses_store_entries: usize,
+    /// Responses API store: most MiB the stored responses hold (reserved
+    /// out of --memory-budget; oldest evicted first).
+    #[arg(long, default_value_t = 64)]
+    responses_store_mb: u64,
+    /// Responses API store: seconds a stored response lives.
+    #[arg(long, default_value_t = 3600.0)]
+    responses_ttl_s: f64,
 }
 
 /// A flag in seconds: 0 or less is `None` (off); a value no `Duration`
@@ -521,6 +531,11 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
         },
         body_timeout: secs_on(l.body_timeout_s, "body-timeout-s")?,
         cors_origins: l.cors_origin.clone(),
+        responses_store: (
+            l.responses_store_entries,
+            l.responses_store_mb << 20,
+            secs_on(l.responses_ttl_s, "responses-ttl-s")?,
+        ),
     };
     let grace = secs(a.drain_timeout_s, "drain-timeout-s")?.unwrap_or_default();
     let conn_limits = steward_server::conn::ConnLimits {
@@ -543,8 +558,9 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
     c.kv_q8 = a.kv_q8;
     if let Some(b) = &a.memory_budget {
         let total = steward_engine::memory::mem_total().unwrap_or(0);
-        c.memory_budget =
-            Some(steward_engine::memory::parse_budget(b, total).map_err(anyhow::Error::msg)?);
+        let budget = steward_engine::memory::parse_budget(b, total).map_err(anyhow::Error::msg)?;
+        // The Responses store's cap is server memory beside the models.
+        c.memory_budget = Some(budget.saturating_sub(l.responses_store_mb << 20));
     }
     c.kv_unified = a.kv_unified;
     c.swa_full = a.swa_full;

@@ -689,3 +689,23 @@ pub fn render_phase(o: &mut String, e: &EngineStats, drain: Option<std::time::Du
         e.kv_cells_total
     );
 }
+
+/// The Responses API's store: entries, bytes against the cap, evictions.
+pub fn render_store(b: &mut String, st: &steward_dialects::responses::Store) {
+    use std::fmt::Write;
+    let _ = write!(
+        b,
+        "# HELP steward_responses_stored Responses held for previous_response_id and GET\n\
+         # TYPE steward_responses_stored gauge\nsteward_responses_stored {}\n\
+         # HELP steward_responses_store_bytes Bytes the stored responses hold\n\
+         # TYPE steward_responses_store_bytes gauge\nsteward_responses_store_bytes {}\n\
+         # HELP steward_responses_store_capacity_bytes The store's byte cap\n\
+         # TYPE steward_responses_store_capacity_bytes gauge\nsteward_responses_store_capacity_bytes {}\n\
+         # HELP steward_responses_evicted_total Stored responses evicted (oldest first) or expired\n\
+         # TYPE steward_responses_evicted_total counter\nsteward_responses_evicted_total {}\n",
+        st.len(),
+        st.bytes(),
+        st.capacity_bytes(),
+        st.evicted_total()
+    );
+}

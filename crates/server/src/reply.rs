@@ -11,6 +11,7 @@ use serde_json::json;
 use steward_engine::{EngineHandle, Event, FinishReason, Finished, RequestStream, TokenLogprob};
 use steward_protocol as p;
 
+use crate::dialect::{self, Dialect, DialectStream};
 use crate::error::ApiError;
 use crate::output::{self, OutputCtx, Piece};
 use crate::validate::GenSpec;
@@ -72,6 +73,9 @@ pub(crate) struct ReplyCtx {
     pub(crate) first_prompt_token: Option<steward_engine::TokenId>,
     /// Chat: how the output is read (format, tools, reasoning).
     pub(crate) output: Option<OutputCtx>,
+    /// Another API's shape the chat answer is given in (Anthropic
+    /// Messages, OpenAI Responses); `None`: chat completions.
+    pub(crate) dialect: Option<std::sync::Arc<dyn Dialect>>,
 }
 
 /// Usage of a whole request: the prompt once, every choice's completion.
@@ -184,7 +188,7 @@ impl ReplyCtx {
                         }
                     })
                     .collect();
-                serde_json::to_value(p::ChatCompletionResponse {
+                let r = p::ChatCompletionResponse {
                     id: self.id.clone(),
                     object: "chat.completion".into(),
                     created: self.created,
@@ -193,7 +197,12 @@ impl ReplyCtx {
                     usage,
                     system_fingerprint: None,
                     timings: t,
-                })
+                };
+                if let Some(d) = &self.dialect {
+                    let stop = fins.first().and_then(|f| f.stop_sequence.as_deref());
+                    return d.whole(&r, stop);
+                }
+                serde_json::to_value(r)
             }
             Api::Completion => {
                 let choices = results
@@ -320,19 +329,14 @@ struct ChoiceState {
 
 impl ReplyCtx {
     /// A chat choice's first chunk announces the assistant role (once).
-    fn start_choice(
-        &self,
-        i: u32,
-        c: &mut ChoiceState,
-        out: &mut std::collections::VecDeque<String>,
-    ) {
+    fn start_choice(&self, i: u32, c: &mut ChoiceState, out: &mut Sink) {
         if !c.started && self.api == Api::Chat {
             let role = ChunkBody {
                 role: true,
                 text: Some(String::new()),
                 ..Default::default()
             };
-            out.push_back(self.chunk(i, role, &[]));
+            out.chunk(self, i, role, &[]);
         }
         c.started = true;
     }
@@ -346,7 +350,7 @@ impl ReplyCtx {
         text: String,
         lps: Vec<TokenLogprob>,
         end: bool,
-        out: &mut std::collections::VecDeque<String>,
+        out: &mut Sink,
     ) {
         c.held_lps.extend(lps);
         let pieces = match c.reader.as_mut() {
@@ -402,7 +406,93 @@ impl ReplyCtx {
                 },
             };
             let lps = std::mem::take(&mut c.held_lps);
-            out.push_back(self.chunk(i, body, &lps));
+            out.chunk(self, i, body, &lps);
+        }
+    }
+}
+
+/// Where streamed chunks go: SSE events in chat-completion chunks, or
+/// through a dialect's stream into its own events.
+pub(crate) struct Sink {
+    queue: std::collections::VecDeque<SseEvent>,
+    dialect: Option<Box<dyn DialectStream>>,
+}
+
+impl Sink {
+    fn data(&mut self, s: String) {
+        self.queue.push_back(SseEvent::default().data(s));
+    }
+
+    fn outs(&mut self, outs: Vec<steward_dialects::Out>) {
+        for o in outs {
+            self.queue
+                .push_back(SseEvent::default().event(o.event).data(o.data.to_string()));
+        }
+    }
+
+    fn chunk(&mut self, ctx: &ReplyCtx, i: u32, body: ChunkBody, lps: &[TokenLogprob]) {
+        let Some(d) = self.dialect.as_mut() else {
+            let c = ctx.chunk(i, body, lps);
+            return self.data(c);
+        };
+        let mut pieces = Vec::new();
+        if let Some(t) = body.reasoning.filter(|t| !t.is_empty()) {
+            pieces.push(steward_dialects::Piece::Reasoning(t));
+        }
+        if let Some(t) = body.text.filter(|t| !t.is_empty()) {
+            pieces.push(steward_dialects::Piece::Text(t));
+        }
+        for c in body.calls.into_iter().flatten() {
+            match (c.id, c.function.name) {
+                (Some(id), Some(name)) => pieces.push(steward_dialects::Piece::CallStart {
+                    index: c.index,
+                    id,
+                    name,
+                }),
+                _ => pieces.push(steward_dialects::Piece::Args {
+                    index: c.index,
+                    text: c.function.arguments.unwrap_or_default(),
+                }),
+            }
+        }
+        let outs: Vec<_> = pieces.into_iter().flat_map(|p| d.piece(p)).collect();
+        self.outs(outs);
+    }
+
+    /// The request's end: the dialect's closing events, or the chat
+    /// stream's usage chunk and `[DONE]`.
+    fn finish(
+        &mut self,
+        ctx: &ReplyCtx,
+        fins: &[&Finished],
+        calls: u32,
+        first_text_sent_ms: Option<f64>,
+    ) {
+        match self.dialect.as_mut() {
+            Some(d) => {
+                let outs = d.finish(dialect::finish_of(fins, calls), dialect::usage_of(fins));
+                self.outs(outs);
+            }
+            None => {
+                if ctx.spec.include_usage || ctx.spec.timings {
+                    let u = ctx.usage_chunk(fins, first_text_sent_ms);
+                    self.data(u);
+                }
+                self.data("[DONE]".into());
+            }
+        }
+    }
+
+    fn error(&mut self, api: ApiError) {
+        match self.dialect.as_mut() {
+            Some(d) => {
+                let outs = d.error(&dialect::error_of(&api));
+                self.outs(outs);
+            }
+            None => {
+                self.data(serde_json::to_string(&api.body()).unwrap_or_default());
+                self.data("[DONE]".into());
+            }
         }
     }
 }
@@ -416,12 +506,13 @@ pub(crate) fn sse_response(
     ctx: ReplyCtx,
     streams: Vec<RequestStream>,
     firsts: Vec<Option<Event>>,
+    prompt_tokens: u32,
 ) -> Response {
     type Tagged = futures::stream::BoxStream<'static, (u32, Event)>;
     struct St {
         ctx: ReplyCtx,
         rx: futures::stream::SelectAll<Tagged>,
-        queue: std::collections::VecDeque<String>,
+        queue: Sink,
         choices: Vec<ChoiceState>,
         remaining: usize,
         done: bool,
@@ -452,10 +543,21 @@ pub(crate) fn sse_response(
             ..Default::default()
         })
         .collect();
+    let mut sink = Sink {
+        queue: Default::default(),
+        dialect: ctx
+            .dialect
+            .as_ref()
+            .map(|d| d.stream(&ctx.id, ctx.created, &ctx.model, prompt_tokens)),
+    };
+    if let Some(d) = sink.dialect.as_mut() {
+        let outs = d.start();
+        sink.outs(outs);
+    }
     let st = St {
         ctx,
         rx: futures::stream::select_all(tagged),
-        queue: Default::default(),
+        queue: sink,
         choices,
         remaining: n,
         done: false,
@@ -464,8 +566,8 @@ pub(crate) fn sse_response(
     };
     let stream = futures::stream::unfold(st, |mut st| async move {
         loop {
-            if let Some(data) = st.queue.pop_front() {
-                return Some((Ok::<_, Infallible>(SseEvent::default().data(data)), st));
+            if let Some(ev) = st.queue.queue.pop_front() {
+                return Some((Ok::<_, Infallible>(ev), st));
             }
             if st.done {
                 return None;
@@ -510,34 +612,29 @@ pub(crate) fn sse_response(
                         finish: finish_str(f.reason, calls),
                         ..Default::default()
                     };
-                    st.queue.push_back(st.ctx.chunk(i, fin, &lps));
+                    if st.queue.dialect.is_none() {
+                        st.queue.chunk(&st.ctx, i, fin, &lps);
+                    }
                     st.ctx.metrics.observe_finished(&f);
                     c.fin = Some(f);
                     st.remaining -= 1;
                     if st.remaining == 0 {
                         let fins: Vec<&Finished> =
                             st.choices.iter().filter_map(|c| c.fin.as_ref()).collect();
-                        if st.ctx.spec.include_usage || st.ctx.spec.timings {
-                            st.queue
-                                .push_back(st.ctx.usage_chunk(&fins, st.first_text_sent_ms));
-                        }
-                        st.queue.push_back("[DONE]".into());
+                        st.queue
+                            .finish(&st.ctx, &fins, calls, st.first_text_sent_ms);
                         st.done = true;
                     }
                 }
                 Some(Event::Error(e)) => {
                     let api = ApiError::from(e);
                     st.ctx.metrics.record_failure(api.code);
-                    st.queue
-                        .push_back(serde_json::to_string(&api.body()).unwrap_or_default());
-                    st.queue.push_back("[DONE]".into());
+                    st.queue.error(api);
                     st.done = true;
                 }
                 None => {
                     let api = ApiError::internal("the engine ended this request without a result");
-                    st.queue
-                        .push_back(serde_json::to_string(&api.body()).unwrap_or_default());
-                    st.queue.push_back("[DONE]".into());
+                    st.queue.error(api);
                     st.done = true;
                 }
             }

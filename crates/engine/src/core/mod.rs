@@ -20,6 +20,7 @@ mod adapters;
 pub mod admission;
 mod admit;
 pub mod backend;
+pub mod embed;
 #[cfg(test)]
 mod fake;
 mod faults;
@@ -314,6 +315,12 @@ impl<B: Backend> Owner<B> {
                 Command::Stop => self.inbox_closed = true,
                 Command::LoadAdapter(spec, reply) => {
                     let _ = reply.send(self.load_adapter(&spec));
+                }
+                Command::Embed(sub) => {
+                    self.queued.fetch_sub(1, Ordering::AcqRel);
+                    let _ = sub.reply.send(Err(GenerationError::Runtime(
+                        "this model generates text; it serves no embeddings".into(),
+                    )));
                 }
             }
         }

@@ -494,6 +494,7 @@ impl Sequence {
         };
         events.push_back(Event::Done(Finished {
             reason,
+            stop_sequence: self.detok.matched().map(str::to_string),
             prompt_tokens: self.prompt.len() as u32,
             cached_tokens: self.reused as u32,
             completion_tokens: self.generated,

@@ -64,6 +64,15 @@ fn request(
         adapters: Vec::new(),
     }
 }
+/// A generation submission (for owners that must refuse one).
+pub(crate) fn submission_for_test(outbox: mpsc::Sender<Event>) -> crate::core::Submission {
+    crate::core::Submission {
+        req: request(vec![1, 2], 2, &[], None, "gen", false),
+        outbox,
+        note: Default::default(),
+    }
+}
+
 fn harness(c: EngineConfig) -> Harness {
     harness_kind(c, FakeMemory::Attention)
 }

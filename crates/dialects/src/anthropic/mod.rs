@@ -1,0 +1,17 @@
+//! The Anthropic Messages API (`POST /v1/messages`), served by translation:
+//! [`to_chat`] turns a request into a chat-completions body; [`message`]
+//! and [`MessageStream`] give the answer back as a `message` object or as
+//! its stream of events; [`error_body`] and [`from_openai_error`] give
+//! errors in Anthropic's shape.
+
+mod reply;
+mod request;
+
+pub use reply::{
+    error_body, error_kind_for_status, from_openai_error, message, message_id, tool_input,
+    MessageStream,
+};
+pub use request::{to_chat, Translated};
+
+#[cfg(test)]
+mod tests;

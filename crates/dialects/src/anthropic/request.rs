@@ -1,0 +1,435 @@
+//! A Messages API request as a chat-completions request body.
+
+use serde_json::{json, Map, Value};
+
+use crate::fields::{at, idx, missing, unsupported, wrong_type, Obj, R};
+use crate::DialectError;
+
+/// What `to_chat` made of a Messages request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Translated {
+    /// The chat-completions request body.
+    pub chat: Value,
+    pub stream: bool,
+    /// The requested model (empty when the request named none).
+    pub model: String,
+    /// The request's `stop_sequences` (also the chat body's `stop`).
+    pub stop_sequences: Vec<String>,
+    pub max_tokens: u64,
+    /// `thinking`: enabled (`true`), disabled (`false`) or left to the
+    /// model's default (`None`).
+    pub thinking: Option<bool>,
+}
+
+/// Why a text model cannot take it.
+const TEXT_ONLY: &str = " by this server: its models read text only";
+
+/// Separates text blocks joined into one chat message.
+const JOIN: &str = "\n\n";
+
+/// Translate a Messages API request body (`POST /v1/messages`).
+pub fn to_chat(body: &Value) -> Result<Translated, DialectError> {
+    let b = Obj::of(body, "")?;
+    let mut chat = Map::new();
+
+    let model = b.str("model")?.unwrap_or_default().to_string();
+    if !model.is_empty() {
+        chat.insert("model".into(), model.clone().into());
+    }
+    let max_tokens = b
+        .positive("max_tokens")?
+        .ok_or_else(|| missing("max_tokens"))?;
+    chat.insert("max_tokens".into(), max_tokens.into());
+
+    let mut messages = Vec::new();
+    if let Some(s) = system(&b)? {
+        messages.push(json!({"role": "system", "content": s}));
+    }
+    let list = b.arr("messages")?.ok_or_else(|| missing("messages"))?;
+    if list.is_empty() {
+        return Err(DialectError::invalid(
+            "messages",
+            "`messages` must hold at least one message",
+        ));
+    }
+    for (i, m) in list.iter().enumerate() {
+        message(m, &idx("messages", i), &mut messages)?;
+    }
+    chat.insert("messages".into(), Value::Array(messages));
+
+    let mut stop_sequences = Vec::new();
+    if let Some(list) = b.arr("stop_sequences")? {
+        for (i, s) in list.iter().enumerate() {
+            match s {
+                Value::String(s) => stop_sequences.push(s.clone()),
+                v => return Err(wrong_type(&idx("stop_sequences", i), "a string", v)),
+            }
+        }
+    }
+    if !stop_sequences.is_empty() {
+        chat.insert("stop".into(), json!(stop_sequences));
+    }
+    for key in ["temperature", "top_p"] {
+        if let Some(v) = b.num(key)? {
+            chat.insert(key.into(), v.clone());
+        }
+    }
+    if let Some(k) = b.uint("top_k")? {
+        chat.insert("top_k".into(), k.into());
+    }
+    let stream = b.bool("stream")?.unwrap_or(false);
+    if stream {
+        chat.insert("stream".into(), true.into());
+        chat.insert("stream_options".into(), json!({"include_usage": true}));
+    }
+    if let Some(list) = b.arr("tools")? {
+        let tools = list
+            .iter()
+            .enumerate()
+            .map(|(i, t)| tool(t, &idx("tools", i)))
+            .collect::<R<Vec<_>>>()?;
+        if !tools.is_empty() {
+            chat.insert("tools".into(), Value::Array(tools));
+        }
+    }
+    if let Some(c) = b.obj("tool_choice")? {
+        tool_choice(&c, &mut chat)?;
+    }
+    let thinking = match b.obj("thinking")? {
+        None => None,
+        Some(t) => Some(thinking_flag(&t)?),
+    };
+    let mut kwargs = Map::new();
+    if let Some(on) = thinking {
+        kwargs.insert("enable_thinking".into(), on.into());
+    }
+    output_config(&b, &mut chat)?;
+    if !kwargs.is_empty() {
+        chat.insert("chat_template_kwargs".into(), Value::Object(kwargs));
+    }
+    if let Some(m) = b.obj("metadata")? {
+        if let Some(u) = m.str("user_id")? {
+            chat.insert("user".into(), u.into());
+        }
+    }
+    Ok(Translated {
+        chat: Value::Object(chat),
+        stream,
+        model,
+        stop_sequences,
+        max_tokens,
+        thinking,
+    })
+}
+
+/// `system`: a string, or text blocks (joined).
+fn system(b: &Obj) -> R<Option<String>> {
+    let text = match b.get("system") {
+        None => return Ok(None),
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(blocks)) => {
+            let mut parts = Vec::new();
+            for (i, block) in blocks.iter().enumerate() {
+                let o = Obj::of(block, idx("system", i))?;
+                match o.req_str("type")? {
+                    "text" => parts.push(o.req_str("text")?),
+                    other => {
+                        return Err(unsupported(
+                            &o.path,
+                            &format!("a system block of type `{other}`"),
+                            " (only `text` blocks are)",
+                        ))
+                    }
+                }
+            }
+            parts.join(JOIN)
+        }
+        Some(v) => {
+            return Err(wrong_type(
+                "system",
+                "a string or an array of text blocks",
+                v,
+            ))
+        }
+    };
+    Ok((!text.is_empty()).then_some(text))
+}
+
+/// One message: a user turn may become tool messages (its `tool_result`
+/// blocks, first, in order) and a user message (its text).
+fn message(m: &Value, path: &str, out: &mut Vec<Value>) -> R<()> {
+    let o = Obj::of(m, path)?;
+    let role = o.req_str("role")?;
+    if !matches!(role, "user" | "assistant") {
+        return Err(DialectError::invalid(
+            o.p("role"),
+            format!(
+                "`{}` must be `user` or `assistant`, got `{role}`",
+                o.p("role")
+            ),
+        ));
+    }
+    let content_path = o.p("content");
+    let blocks = match o.req("content")? {
+        Value::String(s) => {
+            out.push(json!({"role": role, "content": s}));
+            return Ok(());
+        }
+        Value::Array(blocks) => blocks,
+        v => {
+            return Err(wrong_type(
+                &content_path,
+                "a string or an array of content blocks",
+                v,
+            ))
+        }
+    };
+    if role == "user" {
+        user_blocks(blocks, &content_path, out)
+    } else {
+        assistant_blocks(blocks, &content_path, out)
+    }
+}
+
+fn user_blocks(blocks: &[Value], path: &str, out: &mut Vec<Value>) -> R<()> {
+    let mut texts = Vec::new();
+    let mut results = 0;
+    for (j, block) in blocks.iter().enumerate() {
+        let b = Obj::of(block, idx(path, j))?;
+        match b.req_str("type")? {
+            "text" => texts.push(b.req_str("text")?),
+            "tool_result" => {
+                let id = b.req_str("tool_use_id")?;
+                let mut content = tool_result_text(&b)?;
+                if b.bool("is_error")? == Some(true) {
+                    content.insert_str(0, "Error: ");
+                }
+                out.push(json!({"role": "tool", "tool_call_id": id, "content": content}));
+                results += 1;
+            }
+            kind @ ("tool_use" | "thinking" | "redacted_thinking") => {
+                return Err(DialectError::invalid(
+                    b.path.clone(),
+                    format!(
+                        "`{}`: a `{kind}` block belongs in an assistant message",
+                        b.path
+                    ),
+                ))
+            }
+            other => return Err(block_unsupported(&b.path, other)),
+        }
+    }
+    if !texts.is_empty() || results == 0 {
+        out.push(json!({"role": "user", "content": texts.join(JOIN)}));
+    }
+    Ok(())
+}
+
+/// A `tool_result`'s `content`: a string or text blocks (absent: empty).
+fn tool_result_text(b: &Obj) -> R<String> {
+    match b.get("content") {
+        None => Ok(String::new()),
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(Value::Array(parts)) => {
+            let path = b.p("content");
+            let mut texts = Vec::new();
+            for (k, part) in parts.iter().enumerate() {
+                let p = Obj::of(part, idx(&path, k))?;
+                match p.req_str("type")? {
+                    "text" => texts.push(p.req_str("text")?),
+                    other => return Err(block_unsupported(&p.path, other)),
+                }
+            }
+            Ok(texts.join(JOIN))
+        }
+        Some(v) => Err(wrong_type(
+            &b.p("content"),
+            "a string or an array of text blocks",
+            v,
+        )),
+    }
+}
+
+fn assistant_blocks(blocks: &[Value], path: &str, out: &mut Vec<Value>) -> R<()> {
+    let mut texts = Vec::new();
+    let mut reasoning = Vec::new();
+    let mut calls = Vec::new();
+    for (j, block) in blocks.iter().enumerate() {
+        let b = Obj::of(block, idx(path, j))?;
+        match b.req_str("type")? {
+            "text" => texts.push(b.req_str("text")?),
+            "thinking" => reasoning.push(b.req_str("thinking")?),
+            // Encrypted by another server: nothing a local model can read.
+            "redacted_thinking" => {}
+            "tool_use" => {
+                let id = b.req_str("id")?;
+                let name = b.req_str("name")?;
+                let arguments = match b.get("input") {
+                    None => "{}".to_string(),
+                    Some(v) => v.to_string(),
+                };
+                calls.push(json!({
+                    "id": id, "type": "function",
+                    "function": {"name": name, "arguments": arguments},
+                }));
+            }
+            "tool_result" => {
+                return Err(DialectError::invalid(
+                    b.path.clone(),
+                    format!(
+                        "`{}`: a `tool_result` block belongs in a user message",
+                        b.path
+                    ),
+                ))
+            }
+            other => return Err(block_unsupported(&b.path, other)),
+        }
+    }
+    let mut m = Map::new();
+    m.insert("role".into(), "assistant".into());
+    let content = if texts.is_empty() && !calls.is_empty() {
+        Value::Null
+    } else {
+        texts.join(JOIN).into()
+    };
+    m.insert("content".into(), content);
+    if !calls.is_empty() {
+        m.insert("tool_calls".into(), Value::Array(calls));
+    }
+    if !reasoning.is_empty() {
+        m.insert("reasoning_content".into(), reasoning.join(JOIN).into());
+    }
+    out.push(Value::Object(m));
+    Ok(())
+}
+
+fn block_unsupported(path: &str, kind: &str) -> DialectError {
+    let why = match kind {
+        "image" | "document" | "search_result" | "container_upload" => TEXT_ONLY,
+        _ => " by this server",
+    };
+    unsupported(path, &format!("content block type `{kind}`"), why)
+}
+
+/// A client tool as a chat function tool; server tools are refused.
+fn tool(t: &Value, path: &str) -> R<Value> {
+    let o = Obj::of(t, path)?;
+    if let Some(kind) = o.str("type")? {
+        if kind != "custom" {
+            return Err(unsupported(
+                &o.p("type"),
+                &format!("tool type `{kind}`"),
+                " by this server (only client tools: `custom` or no `type`)",
+            ));
+        }
+    }
+    let name = o.req_str("name")?;
+    let mut f = Map::new();
+    f.insert("name".into(), name.into());
+    if let Some(d) = o.str("description")? {
+        f.insert("description".into(), d.into());
+    }
+    let schema = match o.get("input_schema") {
+        None => json!({"type": "object", "properties": {}}),
+        Some(s @ Value::Object(_)) => s.clone(),
+        Some(v) => return Err(wrong_type(&o.p("input_schema"), "an object", v)),
+    };
+    f.insert("parameters".into(), schema);
+    if let Some(s) = o.bool("strict")? {
+        f.insert("strict".into(), s.into());
+    }
+    Ok(json!({"type": "function", "function": f}))
+}
+
+fn tool_choice(c: &Obj, chat: &mut Map<String, Value>) -> R<()> {
+    let choice = match c.req_str("type")? {
+        "auto" => json!("auto"),
+        "any" => json!("required"),
+        "none" => json!("none"),
+        "tool" => json!({"type": "function", "function": {"name": c.req_str("name")?}}),
+        other => {
+            return Err(DialectError::invalid(
+                c.p("type"),
+                format!(
+                    "`{}` must be one of auto, any, tool, none; got `{other}`",
+                    c.p("type")
+                ),
+            ))
+        }
+    };
+    chat.insert("tool_choice".into(), choice);
+    if c.bool("disable_parallel_tool_use")? == Some(true) {
+        chat.insert("parallel_tool_calls".into(), false.into());
+    }
+    Ok(())
+}
+
+/// `thinking`: `enabled` (or `adaptive`) or `disabled`.
+fn thinking_flag(t: &Obj) -> R<bool> {
+    match t.req_str("type")? {
+        "enabled" => {
+            t.uint("budget_tokens")?;
+            Ok(true)
+        }
+        "adaptive" => Ok(true),
+        "disabled" => Ok(false),
+        other => Err(DialectError::invalid(
+            t.p("type"),
+            format!(
+                "`{}` must be `enabled` or `disabled`, got `{other}`",
+                t.p("type")
+            ),
+        )),
+    }
+}
+
+/// Structured output (`output_format`, or `output_config.format`) and
+/// `output_config.effort`.
+fn output_config(b: &Obj, chat: &mut Map<String, Value>) -> R<()> {
+    let config = b.obj("output_config")?;
+    let format = match (b.obj("output_format")?, &config) {
+        (Some(f), _) => Some(f),
+        (None, Some(c)) => c.obj("format")?,
+        (None, None) => None,
+    };
+    if let Some(f) = format {
+        match f.req_str("type")? {
+            "json_schema" => {
+                let schema = match f.req("schema")? {
+                    s @ Value::Object(_) => s.clone(),
+                    v => return Err(wrong_type(&f.p("schema"), "an object", v)),
+                };
+                chat.insert(
+                    "response_format".into(),
+                    json!({"type": "json_schema",
+                           "json_schema": {"name": "output", "schema": schema, "strict": true}}),
+                );
+            }
+            other => {
+                return Err(DialectError::invalid(
+                    f.p("type"),
+                    format!("`{}` must be `json_schema`, got `{other}`", f.p("type")),
+                ))
+            }
+        }
+    }
+    if let Some(c) = config {
+        match c.str("effort")? {
+            None => {}
+            Some(e @ ("low" | "medium" | "high")) => {
+                chat.insert("reasoning_effort".into(), e.into());
+            }
+            Some("max") => {
+                chat.insert("reasoning_effort".into(), "high".into());
+            }
+            Some(other) => {
+                let p = at(&c.path, "effort");
+                return Err(DialectError::invalid(
+                    p.clone(),
+                    format!("`{p}` must be one of low, medium, high, max; got `{other}`"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}

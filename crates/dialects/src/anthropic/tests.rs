@@ -1,0 +1,776 @@
+use serde_json::{json, Value};
+use steward_protocol::ChatCompletionResponse;
+
+use super::*;
+use crate::{DialectError, Finish, Out, Piece, Usage};
+
+fn ok(v: Value) -> Translated {
+    to_chat(&v).unwrap_or_else(|e| panic!("{v}: {e}"))
+}
+
+fn err(v: Value) -> DialectError {
+    match to_chat(&v) {
+        Ok(t) => panic!("expected an error for {v}, got {}", t.chat),
+        Err(e) => e,
+    }
+}
+
+/// A request with one user message and `extra` fields on top.
+fn req(extra: Value) -> Value {
+    let mut b = json!({"model": "m", "max_tokens": 64,
+                       "messages": [{"role": "user", "content": "hi"}]});
+    for (k, v) in extra.as_object().unwrap() {
+        b[k] = v.clone();
+    }
+    b
+}
+
+/// A 400 naming `param` in its param and its message.
+fn assert_400(e: &DialectError, param: &str) {
+    assert_eq!(e.status, 400, "{e}");
+    assert_eq!(e.kind, "invalid_request_error");
+    assert_eq!(e.param.as_deref(), Some(param), "{e}");
+    assert!(
+        e.message.contains(param),
+        "message `{}` names `{param}`",
+        e.message
+    );
+}
+
+#[test]
+fn minimal_request() {
+    let t = ok(req(json!({})));
+    assert_eq!(
+        t.chat,
+        json!({"model": "m", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]})
+    );
+    assert!(!t.stream);
+    assert_eq!(t.model, "m");
+    assert_eq!(t.max_tokens, 64);
+    assert_eq!(t.thinking, None);
+    assert!(t.stop_sequences.is_empty());
+}
+
+#[test]
+fn model_may_be_absent_but_not_mistyped() {
+    let mut b = req(json!({}));
+    b.as_object_mut().unwrap().remove("model");
+    let t = ok(b);
+    assert_eq!(t.model, "");
+    assert!(t.chat.get("model").is_none());
+    assert_400(&err(req(json!({"model": 3}))), "model");
+}
+
+#[test]
+fn max_tokens_is_required_and_positive() {
+    let mut b = req(json!({}));
+    b.as_object_mut().unwrap().remove("max_tokens");
+    assert_400(&err(b), "max_tokens");
+    for bad in [json!(0), json!(-5), json!(1.5), json!("10"), json!(true)] {
+        assert_400(&err(req(json!({"max_tokens": bad}))), "max_tokens");
+    }
+}
+
+#[test]
+fn body_must_be_an_object() {
+    let e = err(json!([1, 2]));
+    assert_eq!(e.status, 400);
+    assert!(e.message.contains("JSON object"), "{}", e.message);
+}
+
+#[test]
+fn system_string_and_blocks() {
+    let t = ok(req(json!({"system": "be brief"})));
+    assert_eq!(
+        t.chat["messages"][0],
+        json!({"role": "system", "content": "be brief"})
+    );
+    let t = ok(req(json!({"system": [
+        {"type": "text", "text": "a", "cache_control": {"type": "ephemeral"}},
+        {"type": "text", "text": "b"}]})));
+    assert_eq!(
+        t.chat["messages"][0],
+        json!({"role": "system", "content": "a\n\nb"})
+    );
+    assert_eq!(t.chat["messages"].as_array().unwrap().len(), 2);
+    // An empty system prompt adds no message.
+    let t = ok(req(json!({"system": ""})));
+    assert_eq!(t.chat["messages"][0]["role"], "user");
+    assert_400(&err(req(json!({"system": 5}))), "system");
+    let e = err(req(json!({"system": [{"type": "image", "source": {}}]})));
+    assert_400(&e, "system[0]");
+    assert!(e.message.contains("image"));
+    assert_400(
+        &err(req(json!({"system": [{"type": "text"}]}))),
+        "system[0].text",
+    );
+}
+
+#[test]
+fn messages_shape_errors() {
+    let mut b = req(json!({}));
+    b.as_object_mut().unwrap().remove("messages");
+    assert_400(&err(b), "messages");
+    assert_400(&err(req(json!({"messages": []}))), "messages");
+    assert_400(&err(req(json!({"messages": "hi"}))), "messages");
+    assert_400(&err(req(json!({"messages": [5]}))), "messages[0]");
+    let e = err(req(
+        json!({"messages": [{"role": "system", "content": "x"}]}),
+    ));
+    assert_400(&e, "messages[0].role");
+    assert!(e.message.contains("`system`"));
+    assert_400(
+        &err(req(json!({"messages": [{"role": "user", "content": 1}]}))),
+        "messages[0].content",
+    );
+    assert_400(
+        &err(req(json!({"messages": [{"role": "user"}]}))),
+        "messages[0].content",
+    );
+    assert_400(
+        &err(req(
+            json!({"messages": [{"role": "user", "content": [{"text": "x"}]}]}),
+        )),
+        "messages[0].content[0].type",
+    );
+    assert_400(
+        &err(req(
+            json!({"messages": [{"role": "user", "content": [{"type": "text", "text": 1}]}]}),
+        )),
+        "messages[0].content[0].text",
+    );
+}
+
+#[test]
+fn user_tool_results_come_first_then_text() {
+    let t = ok(req(json!({"messages": [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": [
+            {"type": "tool_use", "id": "t1", "name": "f", "input": {"a": 1}},
+            {"type": "tool_use", "id": "t2", "name": "g", "input": {}}]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "t1", "content": "one"},
+            {"type": "text", "text": "and"},
+            {"type": "tool_result", "tool_use_id": "t2", "is_error": true,
+             "content": [{"type": "text", "text": "bad"}, {"type": "text", "text": "input"}]},
+            {"type": "text", "text": "more"}]}]})));
+    let m = t.chat["messages"].as_array().unwrap();
+    assert_eq!(m.len(), 5);
+    assert_eq!(
+        m[1],
+        json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": "t1", "type": "function", "function": {"name": "f", "arguments": "{\"a\":1}"}},
+            {"id": "t2", "type": "function", "function": {"name": "g", "arguments": "{}"}}]})
+    );
+    assert_eq!(
+        m[2],
+        json!({"role": "tool", "tool_call_id": "t1", "content": "one"})
+    );
+    assert_eq!(
+        m[3],
+        json!({"role": "tool", "tool_call_id": "t2", "content": "Error: bad\n\ninput"})
+    );
+    assert_eq!(m[4], json!({"role": "user", "content": "and\n\nmore"}));
+}
+
+#[test]
+fn tool_results_alone_make_no_user_message() {
+    let t = ok(req(json!({"messages": [
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "x"}]}]})));
+    assert_eq!(
+        t.chat["messages"],
+        json!([{"role": "tool", "tool_call_id": "x", "content": ""}])
+    );
+    // An empty block list is still a (blank) user turn.
+    let t = ok(req(json!({"messages": [{"role": "user", "content": []}]})));
+    assert_eq!(t.chat["messages"], json!([{"role": "user", "content": ""}]));
+}
+
+#[test]
+fn tool_result_errors_name_their_path() {
+    let e = err(req(json!({"messages": [{"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "x",
+         "content": [{"type": "text", "text": "ok"}, {"type": "image", "source": {}}]}]}]})));
+    assert_400(&e, "messages[0].content[0].content[1]");
+    assert!(
+        e.message.contains("image") && e.message.contains("text only"),
+        "{}",
+        e.message
+    );
+    assert_400(
+        &err(req(json!({"messages": [{"role": "user", "content": [
+            {"type": "tool_result", "content": "x"}]}]}))),
+        "messages[0].content[0].tool_use_id",
+    );
+    assert_400(
+        &err(req(json!({"messages": [{"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "x", "content": 3}]}]}))),
+        "messages[0].content[0].content",
+    );
+    assert_400(
+        &err(req(json!({"messages": [{"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "x", "is_error": "yes"}]}]}))),
+        "messages[0].content[0].is_error",
+    );
+}
+
+#[test]
+fn assistant_thinking_text_and_calls() {
+    let t = ok(req(json!({"messages": [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "hmm", "signature": "sig"},
+            {"type": "redacted_thinking", "data": "xyz"},
+            {"type": "thinking", "thinking": "ok"},
+            {"type": "text", "text": "Let me look."},
+            {"type": "tool_use", "id": "c1", "name": "look", "input": {"q": "x"}}]}]})));
+    assert_eq!(
+        t.chat["messages"][1],
+        json!({"role": "assistant", "content": "Let me look.",
+               "tool_calls": [{"id": "c1", "type": "function",
+                               "function": {"name": "look", "arguments": "{\"q\":\"x\"}"}}],
+               "reasoning_content": "hmm\n\nok"})
+    );
+    // A final assistant message (prefill) stays last.
+    let t = ok(req(json!({"messages": [
+        {"role": "user", "content": "q"}, {"role": "assistant", "content": "The answer is"}]})));
+    assert_eq!(
+        t.chat["messages"][1],
+        json!({"role": "assistant", "content": "The answer is"})
+    );
+    assert_400(
+        &err(req(json!({"messages": [{"role": "assistant", "content": [
+            {"type": "tool_use", "name": "f", "input": {}}]}]}))),
+        "messages[0].content[0].id",
+    );
+    assert_400(
+        &err(req(json!({"messages": [{"role": "assistant", "content": [
+            {"type": "thinking", "signature": "s"}]}]}))),
+        "messages[0].content[0].thinking",
+    );
+}
+
+#[test]
+fn unsupported_blocks_are_refused_with_their_path() {
+    for kind in [
+        "image",
+        "document",
+        "search_result",
+        "server_tool_use",
+        "web_search_tool_result",
+    ] {
+        let e = err(req(json!({"messages": [
+            {"role": "user", "content": "q"},
+            {"role": if kind.starts_with("server") || kind.starts_with("web") { "assistant" } else { "user" },
+             "content": [{"type": kind, "source": {}}]}]})));
+        assert_400(&e, "messages[1].content[0]");
+        assert!(e.message.contains(kind), "{}", e.message);
+        assert!(e.message.contains("not supported"), "{}", e.message);
+    }
+    let e = err(req(json!({"messages": [{"role": "user", "content": [
+        {"type": "tool_use", "id": "a", "name": "f", "input": {}}]}]})));
+    assert_400(&e, "messages[0].content[0]");
+    assert!(e.message.contains("assistant"));
+    let e = err(req(json!({"messages": [{"role": "assistant", "content": [
+        {"type": "tool_result", "tool_use_id": "a"}]}]})));
+    assert_400(&e, "messages[0].content[0]");
+    assert!(e.message.contains("user message"));
+}
+
+#[test]
+fn sampling_stop_and_stream() {
+    let t = ok(req(
+        json!({"stop_sequences": ["END", "\n\n"], "temperature": 0.5,
+                          "top_p": 0.9, "top_k": 40, "stream": true}),
+    ));
+    assert_eq!(t.chat["stop"], json!(["END", "\n\n"]));
+    assert_eq!(
+        t.stop_sequences,
+        vec!["END".to_string(), "\n\n".to_string()]
+    );
+    assert_eq!(t.chat["temperature"], json!(0.5));
+    assert_eq!(t.chat["top_p"], json!(0.9));
+    assert_eq!(t.chat["top_k"], json!(40));
+    assert_eq!(t.chat["stream"], json!(true));
+    assert_eq!(t.chat["stream_options"], json!({"include_usage": true}));
+    assert!(t.stream);
+    let t = ok(req(json!({"stop_sequences": [], "stream": false})));
+    assert!(t.chat.get("stop").is_none());
+    assert!(t.chat.get("stream").is_none() && t.chat.get("stream_options").is_none());
+    assert_400(
+        &err(req(json!({"stop_sequences": ["a", 1]}))),
+        "stop_sequences[1]",
+    );
+    assert_400(&err(req(json!({"stop_sequences": "a"}))), "stop_sequences");
+    assert_400(&err(req(json!({"temperature": "hot"}))), "temperature");
+    assert_400(&err(req(json!({"top_p": []}))), "top_p");
+    assert_400(&err(req(json!({"top_k": -1}))), "top_k");
+    assert_400(&err(req(json!({"stream": "yes"}))), "stream");
+}
+
+#[test]
+fn tools_translate_and_server_tools_are_refused() {
+    let t = ok(req(json!({"tools": [
+        {"name": "get_weather", "description": "Weather", "cache_control": {"type": "ephemeral"},
+         "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}},
+        {"type": "custom", "name": "noop", "strict": true}]})));
+    assert_eq!(
+        t.chat["tools"],
+        json!([
+            {"type": "function", "function": {"name": "get_weather", "description": "Weather",
+             "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}},
+            {"type": "function", "function": {"name": "noop",
+             "parameters": {"type": "object", "properties": {}}, "strict": true}}])
+    );
+    let e = err(req(json!({"tools": [
+        {"name": "a", "input_schema": {}},
+        {"type": "web_search_20250305", "name": "web_search"}]})));
+    assert_400(&e, "tools[1].type");
+    assert!(e.message.contains("web_search_20250305"), "{}", e.message);
+    assert_400(
+        &err(req(
+            json!({"tools": [{"type": "bash_20250124", "name": "bash"}]}),
+        )),
+        "tools[0].type",
+    );
+    assert_400(
+        &err(req(json!({"tools": [{"input_schema": {}}]}))),
+        "tools[0].name",
+    );
+    assert_400(
+        &err(req(json!({"tools": [{"name": "a", "input_schema": "x"}]}))),
+        "tools[0].input_schema",
+    );
+    assert_400(&err(req(json!({"tools": {"name": "a"}}))), "tools");
+}
+
+#[test]
+fn tool_choice_variants() {
+    let cases = [
+        (json!({"type": "auto"}), json!("auto")),
+        (json!({"type": "any"}), json!("required")),
+        (json!({"type": "none"}), json!("none")),
+        (
+            json!({"type": "tool", "name": "f"}),
+            json!({"type": "function", "function": {"name": "f"}}),
+        ),
+    ];
+    for (given, want) in cases {
+        let t = ok(req(json!({"tool_choice": given})));
+        assert_eq!(t.chat["tool_choice"], want);
+        assert!(t.chat.get("parallel_tool_calls").is_none());
+    }
+    let t = ok(req(
+        json!({"tool_choice": {"type": "any", "disable_parallel_tool_use": true}}),
+    ));
+    assert_eq!(t.chat["parallel_tool_calls"], json!(false));
+    let t = ok(req(
+        json!({"tool_choice": {"type": "auto", "disable_parallel_tool_use": false}}),
+    ));
+    assert!(t.chat.get("parallel_tool_calls").is_none());
+    assert_400(
+        &err(req(json!({"tool_choice": {"type": "tool"}}))),
+        "tool_choice.name",
+    );
+    assert_400(
+        &err(req(json!({"tool_choice": {"type": "maybe"}}))),
+        "tool_choice.type",
+    );
+    assert_400(&err(req(json!({"tool_choice": "auto"}))), "tool_choice");
+    assert_400(
+        &err(req(
+            json!({"tool_choice": {"type": "auto", "disable_parallel_tool_use": 1}}),
+        )),
+        "tool_choice.disable_parallel_tool_use",
+    );
+}
+
+#[test]
+fn thinking_switch() {
+    let t = ok(req(
+        json!({"thinking": {"type": "enabled", "budget_tokens": 2048}}),
+    ));
+    assert_eq!(
+        t.chat["chat_template_kwargs"],
+        json!({"enable_thinking": true})
+    );
+    assert_eq!(t.thinking, Some(true));
+    let t = ok(req(json!({"thinking": {"type": "disabled"}})));
+    assert_eq!(
+        t.chat["chat_template_kwargs"],
+        json!({"enable_thinking": false})
+    );
+    assert_eq!(t.thinking, Some(false));
+    let t = ok(req(json!({})));
+    assert!(t.chat.get("chat_template_kwargs").is_none());
+    assert_400(
+        &err(req(json!({"thinking": {"type": "sometimes"}}))),
+        "thinking.type",
+    );
+    assert_400(
+        &err(req(
+            json!({"thinking": {"type": "enabled", "budget_tokens": "lots"}}),
+        )),
+        "thinking.budget_tokens",
+    );
+    assert_400(&err(req(json!({"thinking": true}))), "thinking");
+}
+
+#[test]
+fn metadata_and_unknown_fields() {
+    let t = ok(req(
+        json!({"metadata": {"user_id": "u-1"}, "service_tier": "auto",
+                          "container": "c", "mcp_servers": [], "frobnicate": {"x": 1}}),
+    ));
+    assert_eq!(t.chat["user"], json!("u-1"));
+    assert!(t.chat.get("service_tier").is_none() && t.chat.get("frobnicate").is_none());
+    assert_400(
+        &err(req(json!({"metadata": {"user_id": 7}}))),
+        "metadata.user_id",
+    );
+    assert_400(&err(req(json!({"metadata": "u"}))), "metadata");
+}
+
+#[test]
+fn structured_output_and_effort() {
+    let schema = json!({"type": "object", "properties": {"a": {"type": "integer"}}});
+    let want = json!({"type": "json_schema",
+                      "json_schema": {"name": "output", "schema": schema, "strict": true}});
+    let t = ok(req(
+        json!({"output_format": {"type": "json_schema", "schema": schema}}),
+    ));
+    assert_eq!(t.chat["response_format"], want);
+    let t = ok(req(
+        json!({"output_config": {"format": {"type": "json_schema", "schema": schema},
+                                            "effort": "low"}}),
+    ));
+    assert_eq!(t.chat["response_format"], want);
+    assert_eq!(t.chat["reasoning_effort"], json!("low"));
+    assert_400(
+        &err(req(json!({"output_format": {"type": "xml"}}))),
+        "output_format.type",
+    );
+    assert_400(
+        &err(req(json!({"output_config": {"effort": "huge"}}))),
+        "output_config.effort",
+    );
+}
+
+// ---- whole message -----------------------------------------------------
+
+fn chat_response(message: Value, finish: &str, cached: u32) -> ChatCompletionResponse {
+    serde_json::from_value(json!({
+        "id": "chatcmpl-abc123", "object": "chat.completion", "created": 1, "model": "m",
+        "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": null}],
+        "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120,
+                  "prompt_tokens_details": {"cached_tokens": cached}},
+    }))
+    .unwrap()
+}
+
+#[test]
+fn message_with_thinking_text_and_calls() {
+    let r = chat_response(
+        json!({"role": "assistant", "content": "Checking.", "reasoning_content": "think",
+               "tool_calls": [
+                   {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{\"a\":1}"}},
+                   {"id": "c2", "type": "function", "function": {"name": "g", "arguments": "not json"}},
+                   {"id": "c3", "type": "function", "function": {"name": "h", "arguments": ""}}]}),
+        "tool_calls",
+        30,
+    );
+    assert_eq!(
+        message(&r, None),
+        json!({
+            "id": "msg_abc123", "type": "message", "role": "assistant", "model": "m",
+            "content": [
+                {"type": "thinking", "thinking": "think", "signature": ""},
+                {"type": "text", "text": "Checking."},
+                {"type": "tool_use", "id": "c1", "name": "f", "input": {"a": 1}},
+                {"type": "tool_use", "id": "c2", "name": "g", "input": {"_raw": "not json"}},
+                {"type": "tool_use", "id": "c3", "name": "h", "input": {}}],
+            "stop_reason": "tool_use", "stop_sequence": null,
+            "usage": {"input_tokens": 70, "output_tokens": 20,
+                      "cache_read_input_tokens": 30, "cache_creation_input_tokens": 0},
+        })
+    );
+}
+
+#[test]
+fn message_stop_reasons_and_empty_text() {
+    let text = json!({"role": "assistant", "content": "hi"});
+    let m = message(&chat_response(text.clone(), "stop", 0), None);
+    assert_eq!(
+        (m["stop_reason"].clone(), m["stop_sequence"].clone()),
+        (json!("end_turn"), Value::Null)
+    );
+    let m = message(&chat_response(text.clone(), "stop", 0), Some("END"));
+    assert_eq!(
+        (m["stop_reason"].clone(), m["stop_sequence"].clone()),
+        (json!("stop_sequence"), json!("END"))
+    );
+    let m = message(&chat_response(text, "length", 0), Some("END"));
+    assert_eq!(
+        (m["stop_reason"].clone(), m["stop_sequence"].clone()),
+        (json!("max_tokens"), Value::Null)
+    );
+    let m = message(
+        &chat_response(json!({"role": "assistant", "content": ""}), "stop", 0),
+        None,
+    );
+    assert_eq!(m["content"], json!([]));
+    let m = message(
+        &chat_response(json!({"role": "assistant", "content": null}), "stop", 0),
+        None,
+    );
+    assert_eq!(m["content"], json!([]));
+    assert_eq!(m["usage"]["input_tokens"], json!(100));
+    assert_eq!(message_id("xyz"), "msg_xyz");
+    assert_eq!(message_id("msg_1"), "msg_1");
+}
+
+// ---- stream --------------------------------------------------------------
+
+/// `event` and, for block events, the index and the block or delta type.
+fn summary(outs: &[Out]) -> Vec<String> {
+    outs.iter()
+        .map(|o| {
+            assert_eq!(o.data["type"], json!(o.event), "{o:?}");
+            match o.event {
+                "content_block_start" => format!(
+                    "start {} {}",
+                    o.data["index"],
+                    o.data["content_block"]["type"].as_str().unwrap()
+                ),
+                "content_block_delta" => format!(
+                    "delta {} {}",
+                    o.data["index"],
+                    o.data["delta"]["type"].as_str().unwrap()
+                ),
+                "content_block_stop" => format!("stop {}", o.data["index"]),
+                e => e.to_string(),
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn stream_event_order_reasoning_text_two_calls() {
+    let mut s = MessageStream::new("msg_1", "m", 100);
+    let mut outs = s.start();
+    assert!(s.start().is_empty(), "start twice");
+    for p in [
+        Piece::Reasoning("Let me ".into()),
+        Piece::Reasoning("think.".into()),
+        Piece::Text("Calling.".into()),
+        Piece::CallStart {
+            index: 0,
+            id: "c0".into(),
+            name: "f".into(),
+        },
+        Piece::Args {
+            index: 0,
+            text: "{\"a\":".into(),
+        },
+        Piece::Args {
+            index: 0,
+            text: "1}".into(),
+        },
+        Piece::CallStart {
+            index: 1,
+            id: "c1".into(),
+            name: "g".into(),
+        },
+        Piece::Args {
+            index: 1,
+            text: "{}".into(),
+        },
+    ] {
+        outs.extend(s.piece(p));
+    }
+    outs.extend(s.finish(
+        Finish::ToolCalls,
+        Usage {
+            input_tokens: 100,
+            output_tokens: 9,
+            cached_tokens: 40,
+        },
+    ));
+    assert_eq!(
+        summary(&outs),
+        [
+            "message_start",
+            "ping",
+            "start 0 thinking",
+            "delta 0 thinking_delta",
+            "delta 0 thinking_delta",
+            "delta 0 signature_delta",
+            "stop 0",
+            "start 1 text",
+            "delta 1 text_delta",
+            "stop 1",
+            "start 2 tool_use",
+            "delta 2 input_json_delta",
+            "delta 2 input_json_delta",
+            "stop 2",
+            "start 3 tool_use",
+            "delta 3 input_json_delta",
+            "stop 3",
+            "message_delta",
+            "message_stop",
+        ]
+    );
+    assert_eq!(
+        outs[0].data["message"],
+        json!({"id": "msg_1", "type": "message", "role": "assistant", "model": "m",
+               "content": [], "stop_reason": null, "stop_sequence": null,
+               "usage": {"input_tokens": 100, "output_tokens": 0}})
+    );
+    assert_eq!(
+        outs[3].data["delta"],
+        json!({"type": "thinking_delta", "thinking": "Let me "})
+    );
+    assert_eq!(
+        outs[8].data["delta"],
+        json!({"type": "text_delta", "text": "Calling."})
+    );
+    assert_eq!(
+        outs[10].data["content_block"],
+        json!({"type": "tool_use", "id": "c0", "name": "f", "input": {}})
+    );
+    assert_eq!(
+        outs[12].data["delta"],
+        json!({"type": "input_json_delta", "partial_json": "1}"})
+    );
+    assert_eq!(
+        outs[17].data,
+        json!({"type": "message_delta",
+               "delta": {"stop_reason": "tool_use", "stop_sequence": null},
+               "usage": {"input_tokens": 60, "output_tokens": 9,
+                         "cache_read_input_tokens": 40, "cache_creation_input_tokens": 0}})
+    );
+    assert!(s.piece(Piece::Text("late".into())).is_empty());
+    assert!(s.finish(Finish::Stop, Usage::default()).is_empty());
+}
+
+#[test]
+fn stream_edge_cases() {
+    // No start call, no pieces: the skeleton is still sent.
+    let mut s = MessageStream::new("msg_2", "m", 5);
+    let outs = s.finish(Finish::StopSequence("END".into()), Usage::default());
+    assert_eq!(
+        summary(&outs),
+        ["message_start", "ping", "message_delta", "message_stop"]
+    );
+    assert_eq!(
+        outs[2].data["delta"],
+        json!({"stop_reason": "stop_sequence", "stop_sequence": "END"})
+    );
+
+    // Empty text opens nothing; text after text stays in one block; args
+    // for a call that is not open are dropped.
+    let mut s = MessageStream::new("msg_3", "m", 5);
+    let mut outs = s.start();
+    outs.extend(s.piece(Piece::Text(String::new())));
+    outs.extend(s.piece(Piece::Args {
+        index: 0,
+        text: "{}".into(),
+    }));
+    outs.extend(s.piece(Piece::Text("a".into())));
+    outs.extend(s.piece(Piece::Text("b".into())));
+    outs.extend(s.piece(Piece::CallStart {
+        index: 0,
+        id: "c".into(),
+        name: "f".into(),
+    }));
+    outs.extend(s.piece(Piece::Args {
+        index: 1,
+        text: "{}".into(),
+    }));
+    outs.extend(s.finish(Finish::Length, Usage::default()));
+    assert_eq!(
+        summary(&outs),
+        [
+            "message_start",
+            "ping",
+            "start 0 text",
+            "delta 0 text_delta",
+            "delta 0 text_delta",
+            "stop 0",
+            "start 1 tool_use",
+            "stop 1",
+            "message_delta",
+            "message_stop"
+        ]
+    );
+    assert_eq!(outs[8].data["delta"]["stop_reason"], json!("max_tokens"));
+}
+
+#[test]
+fn stream_error_ends_it() {
+    let mut s = MessageStream::new("msg_4", "m", 5);
+    s.start();
+    s.piece(Piece::Text("partial".into()));
+    let e = DialectError {
+        status: 529,
+        kind: "overloaded_error",
+        message: "busy".into(),
+        param: None,
+    };
+    let outs = s.error(&e);
+    assert_eq!(outs.len(), 1);
+    assert_eq!(outs[0].event, "error");
+    assert_eq!(
+        outs[0].data,
+        json!({"type": "error", "error": {"type": "overloaded_error", "message": "busy"}})
+    );
+    assert!(outs[0]
+        .to_sse()
+        .starts_with("event: error\ndata: {\"type\":\"error\""));
+    assert!(s.finish(Finish::Stop, Usage::default()).is_empty());
+    assert!(s.error(&e).is_empty());
+}
+
+#[test]
+fn error_shapes() {
+    let kinds = [
+        (400, "invalid_request_error"),
+        (401, "authentication_error"),
+        (403, "permission_error"),
+        (404, "not_found_error"),
+        (413, "request_too_large"),
+        (429, "rate_limit_error"),
+        (500, "api_error"),
+        (503, "overloaded_error"),
+        (529, "overloaded_error"),
+        (418, "api_error"),
+        (502, "api_error"),
+    ];
+    for (status, kind) in kinds {
+        assert_eq!(error_kind_for_status(status), kind, "{status}");
+    }
+    let e = DialectError::invalid("max_tokens", "`max_tokens` is required");
+    assert_eq!(
+        error_body(&e),
+        json!({"type": "error", "error": {"type": "invalid_request_error", "message": "`max_tokens` is required"}})
+    );
+    let oai = json!({"error": {"message": "Incorrect API key", "type": "authentication_error",
+                               "param": null, "code": "invalid_api_key"}});
+    assert_eq!(
+        from_openai_error(401, &oai),
+        json!({"type": "error", "error": {"type": "authentication_error", "message": "Incorrect API key"}})
+    );
+    let oai = json!({"error": {"message": "too many", "type": "server_busy", "param": null, "code": "x"}});
+    assert_eq!(
+        from_openai_error(503, &oai)["error"]["type"],
+        json!("overloaded_error")
+    );
+    assert_eq!(
+        from_openai_error(404, &Value::Null),
+        json!({"type": "error", "error": {"type": "not_found_error",
+                                          "message": "request failed with HTTP status 404"}})
+    );
+    let already =
+        json!({"type": "error", "error": {"type": "invalid_request_error", "message": "m"}});
+    assert_eq!(from_openai_error(400, &already), already);
+}

@@ -1,0 +1,650 @@
+//! A Responses API request as a chat-completions request body, its input
+//! items normalized (for the store), and the fields its response repeats.
+
+use serde_json::{json, Map, Value};
+
+use super::Stored;
+use crate::fields::{idx, missing, unsupported, wrong_type, Obj, R};
+use crate::DialectError;
+
+/// What `to_chat` made of a Responses request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RTranslated {
+    /// The chat-completions request body.
+    pub chat: Value,
+    pub stream: bool,
+    /// Keep the response (`store`, default true).
+    pub store: bool,
+    /// The requested model (empty when the request named none).
+    pub model: String,
+    pub previous_response_id: Option<String>,
+    /// This request's input as items, each with an `id` and a `type`
+    /// (`message`, `function_call`, `function_call_output`, `reasoning`).
+    pub input_items: Vec<Value>,
+    /// The request fields the response object repeats.
+    pub echo: Echo,
+}
+
+/// The request fields a Response object repeats, with the API's defaults
+/// for those the request left out.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Echo {
+    pub instructions: Value,
+    pub tools: Value,
+    pub tool_choice: Value,
+    pub text: Value,
+    pub temperature: Value,
+    pub top_p: Value,
+    pub max_output_tokens: Value,
+    pub metadata: Value,
+    pub reasoning: Value,
+    pub parallel_tool_calls: Value,
+    pub store: bool,
+    pub truncation: Value,
+    pub user: Value,
+}
+
+const TEXT_ONLY: &str = " by this server: its models read text only";
+
+/// Separates texts joined into one chat message.
+const JOIN: &str = "\n\n";
+
+/// Translate a Responses API request body (`POST /v1/responses`).
+/// `previous`: the stored response `previous_response_id` names (the
+/// server looks it up); its conversation comes before this input. Its
+/// `instructions` are not carried over.
+pub fn to_chat(body: &Value, previous: Option<&Stored>) -> Result<RTranslated, DialectError> {
+    let b = Obj::of(body, "")?;
+    for key in ["background", "conversation", "prompt"] {
+        let on = match b.get(key) {
+            None | Some(Value::Bool(false)) => false,
+            Some(_) => true,
+        };
+        if on {
+            return Err(unsupported(key, &format!("`{key}`"), " by this server"));
+        }
+    }
+    let mut chat = Map::new();
+    let model = b.str("model")?.unwrap_or_default().to_string();
+    if !model.is_empty() {
+        chat.insert("model".into(), model.clone().into());
+    }
+    let previous_response_id = b.str("previous_response_id")?.map(str::to_string);
+    if let (Some(id), None) = (&previous_response_id, previous) {
+        let shown: String = id.chars().take(128).collect();
+        return Err(DialectError::not_found(
+            Some("previous_response_id"),
+            format!("Previous response with id '{shown}' not found."),
+        ));
+    }
+
+    // Items: the previous conversation, then this input.
+    let history = previous.map_or(&[][..], |p| &p.conversation[..]);
+    let input_items = input(&b, previous_response_id.as_deref(), history.len())?;
+    let mut messages = Vec::new();
+    let instructions = b.str("instructions")?;
+    if let Some(i) = instructions.filter(|i| !i.is_empty()) {
+        messages.push(json!({"role": "system", "content": i}));
+    }
+    let mut conv = Conversation::default();
+    for item in history.iter().chain(&input_items) {
+        conv.push(item, &mut messages);
+    }
+    if !messages.iter().any(|m| m["role"] != "system") {
+        return Err(DialectError::invalid("input", "`input` is required"));
+    }
+    chat.insert("messages".into(), Value::Array(messages));
+
+    let max_output_tokens = b.positive("max_output_tokens")?;
+    if let Some(n) = max_output_tokens {
+        chat.insert("max_tokens".into(), n.into());
+    }
+    let temperature = b.num("temperature")?.cloned();
+    let top_p = b.num("top_p")?.cloned();
+    for (k, v) in [("temperature", &temperature), ("top_p", &top_p)] {
+        if let Some(v) = v {
+            chat.insert(k.into(), v.clone());
+        }
+    }
+    let stream = b.bool("stream")?.unwrap_or(false);
+    if stream {
+        chat.insert("stream".into(), true.into());
+        chat.insert("stream_options".into(), json!({"include_usage": true}));
+    }
+    let store = b.bool("store")?.unwrap_or(true);
+    let tools = match b.arr("tools")? {
+        None => Vec::new(),
+        Some(list) => list.clone(),
+    };
+    let chat_tools = tools
+        .iter()
+        .enumerate()
+        .map(|(i, t)| tool(t, &idx("tools", i)))
+        .collect::<R<Vec<_>>>()?;
+    if !chat_tools.is_empty() {
+        chat.insert("tools".into(), Value::Array(chat_tools));
+    }
+    let tool_choice = match b.get("tool_choice") {
+        None => json!("auto"),
+        Some(c) => {
+            chat.insert("tool_choice".into(), tool_choice(c)?);
+            c.clone()
+        }
+    };
+    let parallel = b.bool("parallel_tool_calls")?;
+    if let Some(p) = parallel {
+        chat.insert("parallel_tool_calls".into(), p.into());
+    }
+    let text = match b.obj("text")? {
+        None => json!({"format": {"type": "text"}}),
+        Some(t) => {
+            if let Some(f) = text_format(&t)? {
+                chat.insert("response_format".into(), f);
+            }
+            Value::Object(t.map.clone())
+        }
+    };
+    let reasoning = match b.obj("reasoning")? {
+        None => json!({"effort": null, "summary": null}),
+        Some(r) => {
+            reasoning_effort(&r, &mut chat)?;
+            let mut echo = r.map.clone();
+            echo.entry("effort").or_insert(Value::Null);
+            echo.entry("summary").or_insert(Value::Null);
+            Value::Object(echo)
+        }
+    };
+    let metadata = metadata(&b)?;
+    let user = b.str("user")?;
+    if let Some(u) = user {
+        chat.insert("user".into(), u.into());
+    }
+    let truncation = match b.str("truncation")? {
+        None => "disabled",
+        Some(t @ ("disabled" | "auto")) => t,
+        Some(other) => {
+            return Err(DialectError::invalid(
+                "truncation",
+                format!("`truncation` must be `disabled` or `auto`, got `{other}`"),
+            ))
+        }
+    };
+    if let Some(list) = b.arr("include")? {
+        for (i, v) in list.iter().enumerate() {
+            if !v.is_string() {
+                return Err(wrong_type(&idx("include", i), "a string", v));
+            }
+        }
+    }
+    let echo = Echo {
+        instructions: instructions.map_or(Value::Null, Value::from),
+        tools: Value::Array(tools),
+        tool_choice,
+        text,
+        temperature: temperature.unwrap_or(Value::Null),
+        top_p: top_p.unwrap_or(Value::Null),
+        max_output_tokens: max_output_tokens.map_or(Value::Null, Value::from),
+        metadata,
+        reasoning,
+        parallel_tool_calls: parallel.unwrap_or(true).into(),
+        store,
+        truncation: truncation.into(),
+        user: user.map_or(Value::Null, Value::from),
+    };
+    Ok(RTranslated {
+        chat: Value::Object(chat),
+        stream,
+        store,
+        model,
+        previous_response_id,
+        input_items,
+        echo,
+    })
+}
+
+/// `input`: a string (one user message) or a list of items, normalized.
+fn input(b: &Obj, previous: Option<&str>, before: usize) -> R<Vec<Value>> {
+    let mut items = match b.get("input") {
+        None => Vec::new(),
+        Some(Value::String(s)) => {
+            vec![json!({"type": "message", "role": "user",
+                        "content": [{"type": "input_text", "text": s}]})]
+        }
+        Some(Value::Array(list)) => list
+            .iter()
+            .enumerate()
+            .map(|(i, item)| normalize(item, &idx("input", i)))
+            .collect::<R<Vec<_>>>()?,
+        Some(v) => return Err(wrong_type("input", "a string or an array of items", v)),
+    };
+    for (i, item) in items.iter_mut().enumerate() {
+        if item.get("id").is_none() {
+            let id = item_id(item, previous, before + i);
+            // `id` first, as the API lists it.
+            let mut o = Map::new();
+            o.insert("id".into(), id.into());
+            if let Value::Object(rest) = std::mem::take(item) {
+                o.extend(rest);
+            }
+            *item = Value::Object(o);
+        }
+    }
+    Ok(items)
+}
+
+/// A deterministic ID for an input item that came without one: its kind's
+/// prefix and a hash of the previous response, its position in the
+/// conversation and its content.
+fn item_id(item: &Value, previous: Option<&str>, position: usize) -> String {
+    let prefix = match item["type"].as_str() {
+        Some("function_call") => "fc",
+        Some("function_call_output") => "fco",
+        Some("reasoning") => "rs",
+        _ => "msg",
+    };
+    // FNV-1a, 64 bits.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |bytes: &[u8]| {
+        for &b in bytes {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    };
+    eat(previous.unwrap_or_default().as_bytes());
+    eat(&(position as u64).to_le_bytes());
+    eat(item.to_string().as_bytes());
+    format!("{prefix}_{h:016x}")
+}
+
+/// One input item, checked, in its canonical shape.
+fn normalize(item: &Value, path: &str) -> R<Value> {
+    let o = Obj::of(item, path)?;
+    let kind = match o.str("type")? {
+        Some(k) => k,
+        None if o.get("role").is_some() => "message",
+        None => return Err(missing(&o.p("type"))),
+    };
+    let mut out = Map::new();
+    if let Some(id) = o.str("id")? {
+        out.insert("id".into(), id.into());
+    }
+    out.insert("type".into(), kind.into());
+    match kind {
+        "message" => {
+            let role = o.req_str("role")?;
+            if !matches!(role, "user" | "assistant" | "system" | "developer") {
+                return Err(DialectError::invalid(
+                    o.p("role"),
+                    format!(
+                        "`{}` must be one of user, assistant, system, developer; got `{role}`",
+                        o.p("role")
+                    ),
+                ));
+            }
+            let text_type = if role == "assistant" {
+                "output_text"
+            } else {
+                "input_text"
+            };
+            let content = match o.req("content")? {
+                Value::String(s) => vec![json!({"type": text_type, "text": s})],
+                Value::Array(parts) => parts
+                    .iter()
+                    .enumerate()
+                    .map(|(j, p)| part(p, &idx(&o.p("content"), j), text_type))
+                    .collect::<R<Vec<_>>>()?,
+                v => {
+                    return Err(wrong_type(
+                        &o.p("content"),
+                        "a string or an array of content parts",
+                        v,
+                    ))
+                }
+            };
+            out.insert("role".into(), role.into());
+            out.insert("content".into(), Value::Array(content));
+            if let Some(s) = o.str("status")? {
+                out.insert("status".into(), s.into());
+            }
+        }
+        "function_call" => {
+            for key in ["call_id", "name", "arguments"] {
+                out.insert(key.into(), o.req_str(key)?.into());
+            }
+            if let Some(s) = o.str("status")? {
+                out.insert("status".into(), s.into());
+            }
+        }
+        "function_call_output" => {
+            out.insert("call_id".into(), o.req_str("call_id")?.into());
+            let output = match o.req("output")? {
+                s @ Value::String(_) => s.clone(),
+                Value::Array(parts) => Value::Array(
+                    parts
+                        .iter()
+                        .enumerate()
+                        .map(|(j, p)| part(p, &idx(&o.p("output"), j), "input_text"))
+                        .collect::<R<Vec<_>>>()?,
+                ),
+                v => {
+                    return Err(wrong_type(
+                        &o.p("output"),
+                        "a string or an array of content parts",
+                        v,
+                    ))
+                }
+            };
+            out.insert("output".into(), output);
+        }
+        "reasoning" => {
+            for (key, part_type) in [("summary", "summary_text"), ("content", "reasoning_text")] {
+                let Some(list) = o.arr(key)? else {
+                    if key == "summary" {
+                        out.insert(key.into(), json!([]));
+                    }
+                    continue;
+                };
+                let mut parts = Vec::new();
+                for (j, p) in list.iter().enumerate() {
+                    let po = Obj::of(p, idx(&o.p(key), j))?;
+                    let t = po.str("type")?.unwrap_or(part_type);
+                    parts.push(json!({"type": t, "text": po.req_str("text")?}));
+                }
+                out.insert(key.into(), Value::Array(parts));
+            }
+            if let Some(e) = o.str("encrypted_content")? {
+                out.insert("encrypted_content".into(), e.into());
+            }
+        }
+        "item_reference" => {
+            return Err(unsupported(
+                &o.p("type"),
+                "input item type `item_reference`",
+                " by this server (send the items, or `previous_response_id`)",
+            ))
+        }
+        other => {
+            return Err(unsupported(
+                &o.p("type"),
+                &format!("input item type `{other}`"),
+                " by this server",
+            ))
+        }
+    }
+    Ok(Value::Object(out))
+}
+
+/// A text content part (`input_text`, `output_text`, `text`, `refusal`).
+fn part(p: &Value, path: &str, text_type: &str) -> R<Value> {
+    let o = Obj::of(p, path)?;
+    match o.req_str("type")? {
+        "input_text" | "output_text" => {
+            o.req_str("text")?;
+            Ok(p.clone())
+        }
+        "text" => Ok(json!({"type": text_type, "text": o.req_str("text")?})),
+        "refusal" => Ok(json!({"type": "refusal", "refusal": o.req_str("refusal")?})),
+        kind @ ("input_image" | "input_file" | "input_audio") => Err(unsupported(
+            path,
+            &format!("content part type `{kind}`"),
+            TEXT_ONLY,
+        )),
+        other => Err(unsupported(
+            path,
+            &format!("content part type `{other}`"),
+            " by this server",
+        )),
+    }
+}
+
+/// The text of canonical content parts (or a string), joined.
+fn parts_text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p["text"].as_str().or(p["refusal"].as_str()))
+            .collect::<Vec<_>>()
+            .join(JOIN),
+        _ => String::new(),
+    }
+}
+
+/// Canonical items into chat messages: reasoning waits for the next
+/// assistant turn; consecutive function calls make one assistant turn (the
+/// preceding assistant message's, when adjacent).
+#[derive(Default)]
+struct Conversation {
+    reasoning: Option<String>,
+    /// The last message is an assistant turn calls may join.
+    open_assistant: bool,
+}
+
+impl Conversation {
+    fn push(&mut self, item: &Value, out: &mut Vec<Value>) {
+        match item["type"].as_str().unwrap_or("message") {
+            "message" => {
+                let role = match item["role"].as_str().unwrap_or("user") {
+                    "developer" => "system",
+                    r => r,
+                };
+                let mut m = Map::new();
+                m.insert("role".into(), role.into());
+                m.insert("content".into(), parts_text(&item["content"]).into());
+                if role == "assistant" {
+                    if let Some(r) = self.reasoning.take() {
+                        m.insert("reasoning_content".into(), r.into());
+                    }
+                } else {
+                    self.reasoning = None;
+                }
+                out.push(Value::Object(m));
+                self.open_assistant = role == "assistant";
+            }
+            "function_call" => {
+                let call = json!({
+                    "id": item["call_id"], "type": "function",
+                    "function": {"name": item["name"], "arguments": item["arguments"]},
+                });
+                let last = out
+                    .last_mut()
+                    .filter(|_| self.open_assistant && self.reasoning.is_none());
+                match last {
+                    Some(Value::Object(m)) => match m.get_mut("tool_calls") {
+                        Some(Value::Array(calls)) => calls.push(call),
+                        _ => {
+                            m.insert("tool_calls".into(), json!([call]));
+                        }
+                    },
+                    _ => {
+                        let mut m = Map::new();
+                        m.insert("role".into(), "assistant".into());
+                        m.insert("content".into(), Value::Null);
+                        m.insert("tool_calls".into(), json!([call]));
+                        if let Some(r) = self.reasoning.take() {
+                            m.insert("reasoning_content".into(), r.into());
+                        }
+                        out.push(Value::Object(m));
+                    }
+                }
+                self.open_assistant = true;
+            }
+            "function_call_output" => {
+                out.push(json!({
+                    "role": "tool", "tool_call_id": item["call_id"],
+                    "content": parts_text(&item["output"]),
+                }));
+                self.reasoning = None;
+                self.open_assistant = false;
+            }
+            "reasoning" => {
+                let content = parts_text(&item["content"]);
+                let text = if content.is_empty() {
+                    parts_text(&item["summary"])
+                } else {
+                    content
+                };
+                if !text.is_empty() {
+                    match &mut self.reasoning {
+                        Some(r) => {
+                            r.push_str(JOIN);
+                            r.push_str(&text);
+                        }
+                        None => self.reasoning = Some(text),
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A function tool as a chat tool; other tool types are refused.
+fn tool(t: &Value, path: &str) -> R<Value> {
+    let o = Obj::of(t, path)?;
+    match o.req_str("type")? {
+        "function" => {}
+        other => {
+            return Err(unsupported(
+                &o.p("type"),
+                &format!("tool type `{other}`"),
+                " by this server (only `function` tools are)",
+            ))
+        }
+    }
+    let mut f = Map::new();
+    f.insert("name".into(), o.req_str("name")?.into());
+    if let Some(d) = o.str("description")? {
+        f.insert("description".into(), d.into());
+    }
+    let parameters = match o.get("parameters") {
+        None => json!({"type": "object", "properties": {}}),
+        Some(p @ Value::Object(_)) => p.clone(),
+        Some(v) => return Err(wrong_type(&o.p("parameters"), "an object", v)),
+    };
+    f.insert("parameters".into(), parameters);
+    if let Some(s) = o.bool("strict")? {
+        f.insert("strict".into(), s.into());
+    }
+    Ok(json!({"type": "function", "function": f}))
+}
+
+fn tool_choice(c: &Value) -> R<Value> {
+    match c {
+        Value::String(s) if matches!(s.as_str(), "auto" | "none" | "required") => Ok(c.clone()),
+        Value::String(s) => Err(DialectError::invalid(
+            "tool_choice",
+            format!("`tool_choice` must be one of auto, none, required, or a function; got `{s}`"),
+        )),
+        Value::Object(_) => {
+            let o = Obj::of(c, "tool_choice")?;
+            match o.req_str("type")? {
+                "function" => Ok(json!({"type": "function",
+                                        "function": {"name": o.req_str("name")?}})),
+                other => Err(unsupported(
+                    &o.p("type"),
+                    &format!("tool_choice type `{other}`"),
+                    " by this server",
+                )),
+            }
+        }
+        v => Err(wrong_type("tool_choice", "a string or an object", v)),
+    }
+}
+
+/// `text.format` as a chat `response_format` (`None` for plain text).
+fn text_format(t: &Obj) -> R<Option<Value>> {
+    let Some(f) = t.obj("format")? else {
+        return Ok(None);
+    };
+    match f.req_str("type")? {
+        "text" => Ok(None),
+        "json_object" => Ok(Some(json!({"type": "json_object"}))),
+        "json_schema" => {
+            let schema = match f.req("schema")? {
+                s @ Value::Object(_) => s.clone(),
+                v => return Err(wrong_type(&f.p("schema"), "an object", v)),
+            };
+            let mut js = Map::new();
+            js.insert("name".into(), f.str("name")?.unwrap_or("response").into());
+            if let Some(d) = f.str("description")? {
+                js.insert("description".into(), d.into());
+            }
+            js.insert("schema".into(), schema);
+            if let Some(s) = f.bool("strict")? {
+                js.insert("strict".into(), s.into());
+            }
+            Ok(Some(json!({"type": "json_schema", "json_schema": js})))
+        }
+        other => Err(DialectError::invalid(
+            f.p("type"),
+            format!(
+                "`{}` must be one of text, json_object, json_schema; got `{other}`",
+                f.p("type")
+            ),
+        )),
+    }
+}
+
+/// `reasoning.effort`: `none` turns thinking off; `xhigh` is `high`.
+fn reasoning_effort(r: &Obj, chat: &mut Map<String, Value>) -> R<()> {
+    match r.str("effort")? {
+        None => {}
+        Some("none") => {
+            chat.insert(
+                "chat_template_kwargs".into(),
+                json!({"enable_thinking": false}),
+            );
+        }
+        Some(e @ ("minimal" | "low" | "medium" | "high")) => {
+            chat.insert("reasoning_effort".into(), e.into());
+        }
+        Some("xhigh") => {
+            chat.insert("reasoning_effort".into(), "high".into());
+        }
+        Some(other) => {
+            return Err(DialectError::invalid(
+                r.p("effort"),
+                format!(
+                    "`{}` must be one of none, minimal, low, medium, high, xhigh; got `{other}`",
+                    r.p("effort")
+                ),
+            ))
+        }
+    }
+    r.str("summary")?;
+    Ok(())
+}
+
+/// `metadata`: at most 16 string pairs, keys up to 64 characters, values
+/// up to 512.
+fn metadata(b: &Obj) -> R<Value> {
+    let Some(m) = b.obj("metadata")? else {
+        return Ok(json!({}));
+    };
+    if m.map.len() > 16 {
+        return Err(DialectError::invalid(
+            "metadata",
+            format!("`metadata` may hold at most 16 pairs, got {}", m.map.len()),
+        ));
+    }
+    for (k, v) in m.map {
+        if k.chars().count() > 64 {
+            let shown: String = k.chars().take(64).collect();
+            return Err(DialectError::invalid(
+                "metadata",
+                format!("`metadata` keys may be at most 64 characters; `{shown}…` is longer"),
+            ));
+        }
+        let Value::String(s) = v else {
+            return Err(wrong_type(&m.p(k), "a string", v));
+        };
+        if s.chars().count() > 512 {
+            return Err(DialectError::invalid(
+                m.p(k),
+                format!("`{}` may be at most 512 characters", m.p(k)),
+            ));
+        }
+    }
+    Ok(Value::Object(m.map.clone()))
+}

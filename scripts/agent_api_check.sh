@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Starts `steward serve` on a free loopback port and drives its agent and RAG
+# APIs with the official `anthropic` and `openai` Python packages (installed
+# into target/pyenv): Anthropic Messages and OpenAI Responses on the default
+# model (served as "smol"), then embeddings and rerank on all-MiniLM-L6-v2
+# (converted to GGUF by scripts/minilm-to-gguf.py, served as "minilm").
+# One server at a time; exits non-zero if any check fails.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+venv="$root/target/pyenv"
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+"$venv/bin/python" -c 'import anthropic, openai, numpy, safetensors, tokenizers, gguf' 2>/dev/null ||
+  "$venv/bin/pip" install --quiet 'anthropic>=0.40,<1' 'openai>=1.66,<3' numpy safetensors tokenizers gguf
+minilm="$root/target/embed-ggufs/minilm.gguf"
+"$venv/bin/python" scripts/minilm-to-gguf.py --out "$minilm"
+
+pid=
+trap '[ -n "$pid" ] && { kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true; }' EXIT
+
+# check PROFILE [serve args...]: serve, run the PROFILE checks, stop.
+check() {
+  local profile="$1"
+  shift
+  local port log rc=0
+  port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+  log="$root/target/agent-check-server-$profile.log"
+  ./target/release/steward serve --host 127.0.0.1 --port "$port" --max-seqs 4 --ctx-per-seq 1024 \
+    --api-key test-key "$@" >"$log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 300); do
+    curl -sf "http://127.0.0.1:$port/ready" >/dev/null 2>&1 && break
+    kill -0 $pid 2>/dev/null || { cat "$log"; return 1; }
+    sleep 0.2
+  done
+  echo "== $profile"
+  "$venv/bin/python" -B "$root/scripts/agent_api_check.py" "http://127.0.0.1:$port" test-key "$profile" || rc=$?
+  kill $pid 2>/dev/null || true
+  wait $pid 2>/dev/null || true
+  pid=
+  return $rc
+}
+
+failed=0
+check smol --served-model-name smol || failed=1
+check minilm --model "minilm=$minilm" || failed=1
+exit $failed
