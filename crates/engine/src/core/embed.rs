@@ -438,15 +438,14 @@ mod tests {
         }
     }
 
-    fn owner(
-        cap: (usize, usize),
-        fail: bool,
-    ) -> (
+    type Rig = (
         EmbedOwner<Fake>,
         mpsc::Sender<Command>,
         Arc<std::sync::Mutex<Vec<usize>>>,
         Arc<AtomicUsize>,
-    ) {
+    );
+
+    fn owner(cap: (usize, usize), fail: bool) -> Rig {
         let (tx, rx) = mpsc::channel(16);
         let (stats, _) = watch::channel(EngineStats::default());
         let batches = Arc::new(std::sync::Mutex::new(Vec::new()));

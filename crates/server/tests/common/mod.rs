@@ -192,10 +192,22 @@ impl Server {
 }
 
 /// A metrics line without the test model's label (`model="smol"`), as
-/// it read with one model.
+/// it read with one model (whatever its name).
 pub fn unlabel(line: &str) -> String {
-    line.replacen("{model=\"smol\"}", "", 1)
-        .replacen("model=\"smol\",", "", 1)
+    let Some(at) = line.find("model=\"") else {
+        return line.to_string();
+    };
+    let Some(len) = line[at + 7..].find('"') else {
+        return line.to_string();
+    };
+    let end = at + 7 + len + 1;
+    if line[..at].ends_with('{') && line[end..].starts_with('}') {
+        format!("{}{}", &line[..at - 1], &line[end + 1..])
+    } else if line[end..].starts_with(',') {
+        format!("{}{}", &line[..at], &line[end + 1..])
+    } else {
+        line.to_string()
+    }
 }
 
 pub fn chat_body(content: &str, extra: Value) -> Value {
