@@ -93,6 +93,48 @@ async fn run(h: &EngineHandle, prompt: &[TokenId], n: u32) -> (Vec<TokenId>, u32
     (f.output_tokens, f.cached_tokens)
 }
 
+/// A greedy run with the top-2 logprobs of every token.
+async fn run_lp(h: &EngineHandle, prompt: &[TokenId], n: u32) -> (Vec<TokenId>, Vec<f32>) {
+    let mut r = request(prompt.to_vec(), n);
+    r.logprobs = Some(2);
+    let mut s = h.submit(r).unwrap();
+    let mut gaps = Vec::new();
+    let mut out = Vec::new();
+    while let Some(e) = s.next().await {
+        match e {
+            Event::Text { logprobs, .. } => gaps.extend(logprobs.iter().map(|l| {
+                let mut v: Vec<f32> = l.top.iter().map(|t| t.1).collect();
+                v.sort_by(|a, b| b.total_cmp(a));
+                v.first().copied().unwrap_or(0.0) - v.get(1).copied().unwrap_or(f32::NEG_INFINITY)
+            })),
+            Event::Done(f) => {
+                out = f.output_tokens;
+                break;
+            }
+            Event::Error(e) => panic!("{e}"),
+            Event::Admitted => {}
+        }
+    }
+    (out, gaps)
+}
+
+/// `got` equals the cold run `want`, except from a position where the cold
+/// run's top two were within `tie` nats of each other (state computed in
+/// other batch shapes may part there: float sums in another order).
+fn same_up_to_a_tie(got: &[TokenId], want: &[TokenId], gaps: &[f32], tie: f32, what: &str) {
+    match got.iter().zip(want).position(|(a, b)| a != b) {
+        None => assert_eq!(got.len(), want.len(), "{what}"),
+        Some(i) => {
+            let gap = gaps.get(i).copied().unwrap_or(f32::INFINITY);
+            assert!(
+                gap < tie,
+                "{what}: parted at token {i} where the cold run's top-2 gap is {gap} (not a near-tie)\n got {got:?}\nwant {want:?}"
+            );
+            eprintln!("{what}: parted at token {i}, a near-tie (gap {gap})");
+        }
+    }
+}
+
 /// A request dropped after its first tokens (the engine cancels it).
 async fn cancelled(h: &EngineHandle, prompt: &[TokenId]) {
     let mut s = h.submit(request(prompt.to_vec(), 64)).unwrap();
@@ -266,12 +308,12 @@ async fn shared_system_prompt(path: PathBuf, base: &[TokenId]) {
     let a = [base, &base[5..15]].concat();
     let b = [base, &base[40..50]].concat();
     let off = engine(path.clone(), false, 1024).await;
-    let want = run(&off, &b, 12).await.0;
+    let (want, gaps) = run_lp(&off, &b, 12).await;
     let _ = tokio::task::spawn_blocking(move || off.stop()).await;
     let on = engine(path.clone(), true, 1024).await;
     run(&on, &a, 12).await;
     let (got, cached) = run(&on, &b, 12).await;
-    assert_eq!(got, want, "{}", path.display());
+    same_up_to_a_tie(&got, &want, &gaps, 0.05, &path.display().to_string());
     assert!(
         cached >= 128 && cached as usize <= base.len(),
         "{}: {cached} reused of a {}-token shared prefix",
