@@ -25,7 +25,7 @@ check() {
   local port log rc=0
   port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
   log="$root/target/agent-check-server-$profile.log"
-  ./target/release/steward serve --host 127.0.0.1 --port "$port" --max-seqs 4 --ctx-per-seq 1024 \
+  ./target/release/steward serve --host 127.0.0.1 --port "$port" --max-seqs 4 --ctx-per-seq 2048 \
     --api-key test-key "$@" >"$log" 2>&1 &
   pid=$!
   for _ in $(seq 1 300); do
@@ -35,6 +35,10 @@ check() {
   done
   echo "== $profile"
   "$venv/bin/python" -B "$root/scripts/agent_api_check.py" "http://127.0.0.1:$port" test-key "$profile" || rc=$?
+  if [ "$profile" = smol ]; then
+    echo "== agent flows (multi-turn, event order, usage, tool-call fidelity)"
+    "$venv/bin/python" -B "$root/scripts/agent_flows_check.py" "http://127.0.0.1:$port" test-key || rc=$?
+  fi
   kill $pid 2>/dev/null || true
   wait $pid 2>/dev/null || true
   pid=

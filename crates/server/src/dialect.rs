@@ -22,7 +22,6 @@ use axum::Json;
 use serde_json::Value;
 use steward_dialects::{self as d, DialectError, Finish, Out, Piece, Usage};
 use steward_engine::{FinishReason, Finished};
-use steward_protocol as p;
 
 use crate::error::ApiError;
 use crate::generate::{generate, Api};
@@ -40,8 +39,10 @@ pub(crate) trait DialectStream: Send {
 pub(crate) trait Dialect: Send + Sync {
     /// The request's ID (also its stored response's, for Responses).
     fn id(&self) -> String;
-    /// The whole answer.
-    fn whole(&self, r: &p::ChatCompletionResponse, stop: Option<&str>) -> Value;
+    /// The whole answer, from the output's pieces in the order the model
+    /// wrote them (through the same event machine as a stream, so the two
+    /// cannot differ).
+    fn whole(&self, created: u64, model: &str, pieces: Vec<Piece>, f: Finish, u: Usage) -> Value;
     /// The stream's encoder.
     fn stream(
         &self,
@@ -50,6 +51,17 @@ pub(crate) trait Dialect: Send + Sync {
         model: &str,
         prompt_tokens: u32,
     ) -> Box<dyn DialectStream>;
+}
+
+/// A chat output piece as a dialect's.
+pub(crate) fn piece_of(p: crate::output::Piece) -> Piece {
+    use crate::output::Piece as O;
+    match p {
+        O::Content(t) => Piece::Text(t),
+        O::Reasoning(t) => Piece::Reasoning(t),
+        O::CallStart { index, id, name } => Piece::CallStart { index, id, name },
+        O::Args { index, text } => Piece::Args { index, text },
+    }
 }
 
 pub(crate) fn finish_of(fins: &[&Finished], calls: u32) -> Finish {
@@ -140,10 +152,14 @@ impl Dialect for Anthropic {
     fn id(&self) -> String {
         self.id.clone()
     }
-    fn whole(&self, r: &p::ChatCompletionResponse, stop: Option<&str>) -> Value {
-        let mut v = d::anthropic::message(r, stop);
-        v["id"] = Value::String(self.id.clone());
-        v
+    fn whole(&self, _created: u64, model: &str, pieces: Vec<Piece>, f: Finish, u: Usage) -> Value {
+        let mut st = d::anthropic::MessageStream::new(&self.id, model, u.input_tokens);
+        let mut outs = st.start();
+        for p in pieces {
+            outs.extend(st.piece(p));
+        }
+        outs.extend(st.finish(f, u));
+        d::anthropic::message_from_events(&outs)
     }
     fn stream(
         &self,
@@ -277,8 +293,14 @@ impl Dialect for ResponsesHandle {
     fn id(&self) -> String {
         self.0.id.clone()
     }
-    fn whole(&self, r: &p::ChatCompletionResponse, _stop: Option<&str>) -> Value {
-        let v = d::responses::response(&self.0.id, r.created, r, &self.0.t);
+    fn whole(&self, created: u64, model: &str, pieces: Vec<Piece>, f: Finish, u: Usage) -> Value {
+        let mut st = d::responses::ResponseStream::new(&self.0.id, created, model, &self.0.t);
+        st.start();
+        for p in pieces {
+            st.piece(p);
+        }
+        st.finish(f, u);
+        let v = st.final_response().unwrap_or(Value::Null);
         self.0.keep(&v);
         v
     }
@@ -350,9 +372,33 @@ pub(crate) async fn get_response(State(s): State<Shared>, Path(id): Path<String>
     }
 }
 
-pub(crate) async fn input_items(State(s): State<Shared>, Path(id): Path<String>) -> Response {
+/// `GET /v1/responses/{id}/input_items?order=asc|desc&after=ID&limit=1..100`
+/// (OpenAI's defaults: newest first, 20 per page).
+pub(crate) async fn input_items(
+    State(s): State<Shared>,
+    Path(id): Path<String>,
+    axum::extract::Query(q): axum::extract::Query<std::collections::HashMap<String, String>>,
+) -> Response {
+    let mut page = d::responses::ItemsQuery::default();
+    match q.get("order").map(String::as_str) {
+        None | Some("desc") => {}
+        Some("asc") => page.desc = false,
+        Some(_) => {
+            return ApiError::invalid_value("`order` must be asc or desc", "order").into_response()
+        }
+    }
+    if let Some(l) = q.get("limit") {
+        match l.parse::<usize>() {
+            Ok(n) if (1..=100).contains(&n) => page.limit = n,
+            _ => {
+                return ApiError::invalid_value("`limit` must be from 1 to 100", "limit")
+                    .into_response()
+            }
+        }
+    }
+    page.after = q.get("after").cloned();
     match s.responses.get(&id) {
-        Some(r) => Json(d::responses::input_items(&r)).into_response(),
+        Some(r) => Json(d::responses::input_items_page(&r, &page)).into_response(),
         None => not_found(&id, None).into_response(),
     }
 }

@@ -164,6 +164,29 @@ impl ReplyCtx {
         let fins: Vec<&Finished> = results.iter().map(|r| &r.2).collect();
         let t = self.spec.timings.then(|| timings(&fins, sent));
         let usage = usage(&fins);
+        if let (Api::Chat, Some(d), Some((text, _, f))) = (self.api, &self.dialect, results.first())
+        {
+            let pieces: Vec<steward_dialects::Piece> = match &self.output {
+                Some(o) => {
+                    let mut r = output::Reader::new(o, &self.id, 0);
+                    let mut v = r.push(text);
+                    v.extend(r.finish());
+                    v.into_iter().map(dialect::piece_of).collect()
+                }
+                None => vec![steward_dialects::Piece::Text(text.clone())],
+            };
+            let calls = pieces
+                .iter()
+                .filter(|p| matches!(p, steward_dialects::Piece::CallStart { .. }))
+                .count() as u32;
+            return d.whole(
+                self.created,
+                &self.model,
+                pieces,
+                dialect::finish_of(&[f], calls),
+                dialect::usage_of(&[f]),
+            );
+        }
         let v = match self.api {
             Api::Chat => {
                 let choices = results
@@ -198,10 +221,6 @@ impl ReplyCtx {
                     system_fingerprint: None,
                     timings: t,
                 };
-                if let Some(d) = &self.dialect {
-                    let stop = fins.first().and_then(|f| f.stop_sequence.as_deref());
-                    return d.whole(&r, stop);
-                }
                 serde_json::to_value(r)
             }
             Api::Completion => {

@@ -8,8 +8,8 @@ mod reply;
 mod request;
 
 pub use reply::{
-    error_body, error_kind_for_status, from_openai_error, message, message_id, tool_input,
-    MessageStream,
+    error_body, error_kind_for_status, from_openai_error, message, message_from_events, message_id,
+    tool_input, MessageStream,
 };
 pub use request::{to_chat, Translated};
 

@@ -300,3 +300,59 @@ pub fn from_openai_error(status: u16, body: &Value) -> Value {
     }
     error_body(&DialectError::from_openai(status, body))
 }
+
+/// The whole `message` a stream's events describe: `message_start`'s
+/// message with every block assembled from its deltas, in stream order,
+/// and `message_delta`'s stop reason and usage. A whole answer built this
+/// way cannot differ from the same answer streamed.
+pub fn message_from_events(outs: &[Out]) -> Value {
+    let mut msg = json!({});
+    let mut blocks: Vec<Value> = Vec::new();
+    let mut args: Vec<String> = Vec::new();
+    for o in outs {
+        let d = &o.data;
+        match o.event {
+            "message_start" => msg = d["message"].clone(),
+            "content_block_start" => {
+                blocks.push(d["content_block"].clone());
+                args.push(String::new());
+            }
+            "content_block_delta" => {
+                let Some(i) = d["index"].as_u64().map(|i| i as usize) else {
+                    continue;
+                };
+                let (Some(b), Some(a)) = (blocks.get_mut(i), args.get_mut(i)) else {
+                    continue;
+                };
+                let delta = &d["delta"];
+                match delta["type"].as_str() {
+                    Some("text_delta") => append(b, "text", delta["text"].as_str()),
+                    Some("thinking_delta") => append(b, "thinking", delta["thinking"].as_str()),
+                    Some("signature_delta") => append(b, "signature", delta["signature"].as_str()),
+                    Some("input_json_delta") => {
+                        a.push_str(delta["partial_json"].as_str().unwrap_or(""))
+                    }
+                    _ => {}
+                }
+            }
+            "message_delta" => {
+                msg["stop_reason"] = d["delta"]["stop_reason"].clone();
+                msg["stop_sequence"] = d["delta"]["stop_sequence"].clone();
+                msg["usage"] = d["usage"].clone();
+            }
+            _ => {}
+        }
+    }
+    for (b, a) in blocks.iter_mut().zip(&args) {
+        if b["type"] == "tool_use" {
+            b["input"] = tool_input(a);
+        }
+    }
+    msg["content"] = Value::Array(blocks);
+    msg
+}
+
+fn append(b: &mut Value, field: &str, s: Option<&str>) {
+    let now = b[field].as_str().unwrap_or("").to_string();
+    b[field] = Value::String(now + s.unwrap_or(""));
+}

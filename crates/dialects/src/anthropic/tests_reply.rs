@@ -322,3 +322,46 @@ fn error_shapes() {
         json!({"type": "error", "error": {"type": "invalid_request_error", "message": "m"}});
     assert_eq!(from_openai_error(400, &already), already);
 }
+
+#[test]
+fn the_whole_message_from_stream_events_keeps_block_order_and_inputs() {
+    let mut s = MessageStream::new("msg_1", "m", 10);
+    let mut outs = s.start();
+    outs.extend(s.piece(Piece::Reasoning("think".into())));
+    outs.extend(s.piece(Piece::CallStart {
+        index: 0,
+        id: "call_a".into(),
+        name: "f".into(),
+    }));
+    outs.extend(s.piece(Piece::Args {
+        index: 0,
+        text: "{\"x\":".into(),
+    }));
+    outs.extend(s.piece(Piece::Args {
+        index: 0,
+        text: " 1}".into(),
+    }));
+    outs.extend(s.piece(Piece::Text("after".into())));
+    outs.extend(s.piece(Piece::Text(" it".into())));
+    outs.extend(s.finish(
+        Finish::ToolCalls,
+        Usage {
+            input_tokens: 10,
+            output_tokens: 7,
+            cached_tokens: 4,
+        },
+    ));
+    let m = message_from_events(&outs);
+    assert_eq!(
+        m["content"],
+        serde_json::json!([
+            {"type": "thinking", "thinking": "think", "signature": ""},
+            {"type": "tool_use", "id": "call_a", "name": "f", "input": {"x": 1}},
+            {"type": "text", "text": "after it"},
+        ])
+    );
+    assert_eq!(m["stop_reason"], "tool_use");
+    assert_eq!(m["usage"]["input_tokens"], 6);
+    assert_eq!(m["usage"]["cache_read_input_tokens"], 4);
+    assert_eq!(m["id"], "msg_1");
+}

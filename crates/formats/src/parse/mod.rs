@@ -445,10 +445,6 @@ impl Calls {
                     self.buf.drain(..at + m.len());
                 }
                 None => {
-                    if end {
-                        out.push(Event::Content(std::mem::take(&mut self.buf)));
-                        return;
-                    }
                     let all: Vec<&str> = self
                         .starts
                         .iter()
@@ -456,6 +452,23 @@ impl Calls {
                         .chain(self.strip.iter().copied())
                         .collect();
                     let hold = partial_suffix(&self.buf, &all);
+                    if end {
+                        // The output was cut inside a call marker (`<tool_`
+                        // at `max_tokens`): markup, not text. (Two bytes at
+                        // least: a closing `<` stays text.)
+                        let upto = if hold >= 2 && !self.starts.is_empty() {
+                            out.push(Event::Note(format!(
+                                "an unfinished call marker {:?} at the end was dropped",
+                                &self.buf[self.buf.len() - hold..]
+                            )));
+                            self.buf[..self.buf.len() - hold].trim_end().len()
+                        } else {
+                            self.buf.len()
+                        };
+                        out.push(Event::Content(self.buf[..upto].to_string()));
+                        self.buf.clear();
+                        return;
+                    }
                     let upto = self.buf.len() - hold;
                     // Whitespace before a call is dropped with it: hold it.
                     let upto = if self.starts.is_empty() {

@@ -227,3 +227,14 @@ fn a_named_call_that_breaks_keeps_its_name_streamed_and_whole() {
     assert_eq!(p.calls, vec![call("a", "{}")]);
     assert!(p.content.ends_with("{\"x\" 1}] z"), "{p:?}");
 }
+
+#[test]
+fn an_output_cut_inside_a_call_marker_leaves_no_markup() {
+    let o = opts(Family::Hermes);
+    let p = check_splits(&o, "Let me check.\n<tool_");
+    assert_eq!(p.content, "Let me check.");
+    assert!(p.calls.is_empty());
+    // A lone `<` (or text that is no marker's start) stays text.
+    assert_eq!(check_splits(&o, "a < b and c <").content, "a < b and c <");
+    assert_eq!(check_splits(&o, "x <tab").content, "x <tab");
+}
