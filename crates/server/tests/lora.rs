@@ -54,6 +54,46 @@ fn text(v: &Value) -> String {
     v["choices"][0]["text"].as_str().unwrap().to_string()
 }
 
+/// Equal texts, or a parting at a token where the solo run's top two were
+/// within 0.05 nats (a step of other rows computes in other shapes: float
+/// sums in another order can flip a near-tie, and nothing more).
+fn same_up_to_a_tie(got: &Value, want: &Value, what: &str) {
+    if text(got) == text(want) {
+        return;
+    }
+    let toks = |v: &Value| -> Vec<String> {
+        v["choices"][0]["logprobs"]["tokens"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_str().unwrap_or("").to_string())
+            .collect()
+    };
+    let (g, w) = (toks(got), toks(want));
+    let i = g
+        .iter()
+        .zip(&w)
+        .position(|(a, b)| a != b)
+        .unwrap_or(g.len().min(w.len()));
+    let top = &want["choices"][0]["logprobs"]["top_logprobs"][i];
+    let mut lps: Vec<f64> = top
+        .as_object()
+        .map(|o| o.values().filter_map(Value::as_f64).collect())
+        .unwrap_or_default();
+    lps.sort_by(|a, b| b.total_cmp(a));
+    let gap = match lps.as_slice() {
+        [a, b, ..] => a - b,
+        _ => f64::INFINITY,
+    };
+    assert!(
+        gap < 0.05,
+        "{what}: parted at token {i} where the solo run's top-2 gap is {gap} (not a near-tie)\n got {:?}\nwant {:?}",
+        text(got),
+        text(want)
+    );
+    eprintln!("{what}: parted at token {i}, a near-tie (gap {gap})");
+}
+
 fn cached(v: &Value) -> u64 {
     v["usage"]["prompt_tokens_details"]["cached_tokens"]
         .as_u64()
@@ -158,17 +198,20 @@ async fn lora_adapters_on_the_default_model() {
             v
         },
     ];
+    let sets: Vec<Value> = sets
+        .into_iter()
+        .map(|mut v| {
+            v["logprobs"] = json!(2);
+            v
+        })
+        .collect();
     let mut solo = Vec::new();
     for v in &sets {
-        solo.push(text(&complete(&s, v.clone()).await));
+        solo.push(complete(&s, v.clone()).await);
     }
     let mixed = futures::future::join_all(sets.iter().map(|v| complete(&s, v.clone()))).await;
     for (i, (m, want)) in mixed.iter().zip(&solo).enumerate() {
-        assert_eq!(
-            &text(m),
-            want,
-            "set {i}: mixed traffic differs from its solo run"
-        );
+        same_up_to_a_tie(m, want, &format!("set {i}: mixed traffic vs its solo run"));
     }
 
     // Listed as models of their own; gateways' metric.
