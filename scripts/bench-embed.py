@@ -15,7 +15,7 @@ measurement is "contended" if a compiler ran at its start or end or foreign CPU 
 Usage: scripts/bench-embed.py [--servers steward,llama] [--rounds 3] [--json FILE]
 Env: STEWARD (binary), LLAMA_SERVER, MODEL (GGUF). Logs under target/bench/embed/.
 """
-import argparse, http.client, json, math, os, random, statistics, subprocess, sys, threading, time
+import argparse, http.client, json, math, os, random, signal, statistics, subprocess, sys, threading, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEWARD = os.environ.get("STEWARD", "/tmp/steward-bench/steward")
@@ -115,7 +115,6 @@ def measure(port, batch, clients, nreq, inputs, pids):
     """nreq requests of `batch` inputs each from `clients` threads; wall time over all."""
     per, lats, errs = nreq // clients, [], []
     conns = [http.client.HTTPConnection("127.0.0.1", port, timeout=600) for _ in range(clients)]
-
     def client(ci):
         try:
             for r in range(per):
@@ -167,9 +166,9 @@ def main():
     ap.add_argument("--scale", type=float, default=1.0, help="multiply the request counts")
     ap.add_argument("--retries", type=int, default=2)
     ap.add_argument("--json")
-    a = ap.parse_args()
-    names = a.servers.split(",")
-    procs, ports = {}, {}
+    names = (a := ap.parse_args()).servers.split(",")
+    procs, ports, runs, agree, toks = {}, {}, [], {}, {}
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("terminated"))  # servers stop in finally
     try:
         for i, n in enumerate(names):
             ports[n] = a.base_port + i
@@ -191,7 +190,6 @@ def main():
               f"mean tokens per input: {toks}", flush=True)
         if any(v < 0.999 for v in agree.values()):
             sys.exit("outputs disagree")
-        runs = []
         for rnd in range(a.rounds):
             quiet = wait_quiet(pids, a.max_wait)
             print(f"round {rnd + 1} ({time.strftime('%H:%M:%S', time.gmtime())} UTC, "
@@ -217,11 +215,11 @@ def main():
     finally:
         for p in procs.values():  # one after the other: SIGTERM, then its exit
             p.terminate(), p.wait(timeout=30)
+        if a.json:  # also what a stopped run measured
+            with open(a.json, "w") as f:
+                json.dump({"servers": {n: SERVERS[n]() + [str(ports[n])] for n in names},
+                           "agreement": agree, "tokens_per_input": toks, "runs": runs}, f, indent=1)
     report(runs, names, toks)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"servers": {n: SERVERS[n]() + [str(ports[n])] for n in names},
-                       "agreement": agree, "tokens_per_input": toks, "runs": runs}, f, indent=1)
 
 def report(runs, names, toks):
     print("\n| inputs | batch × clients | " + " | ".join(
@@ -229,6 +227,8 @@ def report(runs, names, toks):
     print("|---|---|" + "---|" * (len(names) + 1))
     for size in (16, 128):
         for batch, clients, _, _ in SHAPES:
+            if not any((r["size"], r["batch"], r["clients"]) == (size, batch, clients) for r in runs):
+                continue  # a stopped run
             cells, med = [], {}
             for n in names:
                 rs = [r for r in runs if (r["server"], r["size"], r["batch"], r["clients"]) ==
