@@ -9,8 +9,8 @@ never repeated in a run. Before each round (and before re-measuring a contended 
 --retries times) the script waits up to --max-wait s until no compiler runs and foreign CPU
 (all CPU time minus the servers' and this script's, from /proc) is < 0.25 core; a
 measurement is "contended" if a compiler ran at its start or end or foreign CPU averaged
-> 0.25 core. Tables use uncontended measurements. Before timing, outputs are compared
-(cosine >= 0.999 against the first server) on 8 inputs.
+> 0.25 core. Tables use the pairs (all servers, one shape and round) with none contended.
+Before timing, outputs are compared (cosine >= 0.999 against the first server) on 8 inputs.
 
 Usage: scripts/bench-embed.py [--servers steward,llama] [--rounds 3] [--json FILE]
 Env: STEWARD (binary), LLAMA_SERVER, MODEL (GGUF). Logs under target/bench/embed/.
@@ -75,8 +75,7 @@ def post(conn, inputs):
 
 def cpu_ticks(pids):
     """(all busy CPU ticks, ticks of pids), from /proc."""
-    with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:]]
+    v = [int(x) for x in open("/proc/stat").readline().split()[1:]]
     total, mine = sum(v) - v[3] - v[4], 0
     for p in pids:
         try:
@@ -209,8 +208,9 @@ def main():
                         print(f"  {n:15} ~{size:3} tok b{batch:<2} c{clients}: {m['eps']:8.1f} emb/s"
                               f"  p50 {m['p50_ms']:7.1f}  p99 {m['p99_ms']:7.1f} ms"
                               f"{'  CONTENDED' if m['contended'] else ''}", flush=True)
-                    runs += pair
-                    if not any(m["contended"] for m in pair):
+                    clean = not any(x["contended"] for x in pair)
+                    runs += [dict(m, pair_clean=clean) for m in pair]  # tables: clean pairs only
+                    if clean:
                         break
     finally:
         for p in procs.values():  # one after the other: SIGTERM, then its exit
@@ -233,7 +233,7 @@ def report(runs, names, toks):
             for n in names:
                 rs = [r for r in runs if (r["server"], r["size"], r["batch"], r["clients"]) ==
                       (n, size, batch, clients)]
-                ok = [r for r in rs if not r["contended"]]
+                ok = [r for r in rs if r["pair_clean"]]
                 flag = f" ({len(rs) - len(ok)} flagged out)" if ok and len(ok) < len(rs) else ""
                 ok, flag = (ok, flag) if ok else (rs, " (all contended)")
                 e = [r["eps"] for r in ok]

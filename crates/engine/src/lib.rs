@@ -722,7 +722,12 @@ impl EngineHandle {
 
     /// Tokens of the longest input an embedding model takes.
     pub fn max_embed_input(&self) -> usize {
-        core::embed::embed_params(&self.shared.model, &self.shared.config).n_batch as usize
+        // The model's positions, never the step's token cap: an input past
+        // the trained context crashes llama.cpp's encoder (GGML_ASSERT).
+        let c = &self.shared.config;
+        c.ctx_per_seq
+            .min(self.shared.model.facts.n_ctx_train.max(1))
+            .max(8) as usize
     }
 
     /// Tokenize an embedding input with the vocabulary's special tokens.
