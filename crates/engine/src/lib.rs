@@ -722,17 +722,7 @@ impl EngineHandle {
 
     /// Tokens of the longest input an embedding model takes.
     pub fn max_embed_input(&self) -> usize {
-        // The model's positions, never the step's token cap: an input past
-        // the trained context crashes llama.cpp's encoder (GGML_ASSERT).
-        let c = &self.shared.config;
-        c.ctx_per_seq
-            .min(self.shared.model.facts.n_ctx_train.max(1))
-            .max(8) as usize
-    }
-
-    /// Tokenize an embedding input with the vocabulary's special tokens.
-    pub fn embed_tokens(&self, text: &str) -> Vec<TokenId> {
-        self.shared.model.tokenize_with_specials(text)
+        core::embed::longest_input(&self.shared.model, &self.shared.config) as usize
     }
 
     /// Hand tokenized inputs to an embedding model's owner. Never blocks;
@@ -745,18 +735,6 @@ impl EngineHandle {
         deadline: Option<Instant>,
     ) -> Result<tokio::sync::oneshot::Receiver<Result<EmbedOutput, GenerationError>>, SubmitError>
     {
-        if !self.shared.stats.borrow().ready {
-            return Err(SubmitError::NotReady);
-        }
-        if self.is_draining() {
-            return Err(SubmitError::Draining);
-        }
-        use std::sync::atomic::Ordering;
-        let max = self.shared.config.max_waiting;
-        if self.shared.queued.fetch_add(1, Ordering::AcqRel) >= max {
-            self.shared.queued.fetch_sub(1, Ordering::AcqRel);
-            return Err(SubmitError::QueueFull(max));
-        }
         let (reply, rx) = tokio::sync::oneshot::channel();
         let sub = core::embed::EmbedSubmission {
             id,
@@ -764,34 +742,13 @@ impl EngineHandle {
             reply,
             deadline,
         };
-        match self.shared.inbox.try_send(Command::Embed(Box::new(sub))) {
-            Ok(()) => Ok(rx),
-            Err(e) => {
-                self.shared.queued.fetch_sub(1, Ordering::AcqRel);
-                Err(match e {
-                    mpsc::error::TrySendError::Full(_) => SubmitError::QueueFull(max),
-                    mpsc::error::TrySendError::Closed(_) => SubmitError::Stopped,
-                })
-            }
-        }
+        self.enqueue(Command::Embed(Box::new(sub)))?;
+        Ok(rx)
     }
 
     /// Hand a prepared request to the execution owner. Never blocks: a full
     /// inbox is an immediate `QueueFull`.
     pub fn submit(&self, req: GenerateRequest) -> Result<RequestStream, SubmitError> {
-        if !self.shared.stats.borrow().ready {
-            return Err(SubmitError::NotReady);
-        }
-        if self.is_draining() {
-            return Err(SubmitError::Draining);
-        }
-        use std::sync::atomic::Ordering;
-        let max = self.shared.config.max_waiting;
-        // The waiting bound covers the inbox and the owner's queue together.
-        if self.shared.queued.fetch_add(1, Ordering::AcqRel) >= max {
-            self.shared.queued.fetch_sub(1, Ordering::AcqRel);
-            return Err(SubmitError::QueueFull(max));
-        }
         let (tx, rx) = mpsc::channel(self.shared.config.outbox_capacity.max(2));
         let id = req.id.clone();
         let note = Arc::new(stream::CancelNote::default());
@@ -800,15 +757,31 @@ impl EngineHandle {
             outbox: tx,
             note: note.clone(),
         };
-        match self.shared.inbox.try_send(Command::Submit(Box::new(sub))) {
-            Ok(()) => Ok(RequestStream::new(id, rx, note)),
-            Err(e) => {
-                self.shared.queued.fetch_sub(1, Ordering::AcqRel);
-                Err(match e {
-                    mpsc::error::TrySendError::Full(_) => SubmitError::QueueFull(max),
-                    mpsc::error::TrySendError::Closed(_) => SubmitError::Stopped,
-                })
-            }
+        self.enqueue(Command::Submit(Box::new(sub)))?;
+        Ok(RequestStream::new(id, rx, note))
+    }
+
+    /// Send a request's command to the owner, within the waiting bound
+    /// (which covers the inbox and the owner's queue together).
+    fn enqueue(&self, cmd: Command) -> Result<(), SubmitError> {
+        if !self.shared.stats.borrow().ready {
+            return Err(SubmitError::NotReady);
         }
+        if self.is_draining() {
+            return Err(SubmitError::Draining);
+        }
+        use std::sync::atomic::Ordering;
+        let max = self.shared.config.max_waiting;
+        if self.shared.queued.fetch_add(1, Ordering::AcqRel) >= max {
+            self.shared.queued.fetch_sub(1, Ordering::AcqRel);
+            return Err(SubmitError::QueueFull(max));
+        }
+        self.shared.inbox.try_send(cmd).map_err(|e| {
+            self.shared.queued.fetch_sub(1, Ordering::AcqRel);
+            match e {
+                mpsc::error::TrySendError::Full(_) => SubmitError::QueueFull(max),
+                mpsc::error::TrySendError::Closed(_) => SubmitError::Stopped,
+            }
+        })
     }
 }

@@ -117,3 +117,21 @@ async fn collect_body(
     }
     Ok(Bytes::from(buf))
 }
+
+/// A request body that must be one JSON object (the routes that read it
+/// as JSON themselves: embeddings, rerank, the dialects).
+pub(crate) fn json_object(
+    body: &[u8],
+) -> Result<serde_json::Map<String, serde_json::Value>, ApiError> {
+    match serde_json::from_slice::<serde_json::Value>(body) {
+        Ok(serde_json::Value::Object(m)) => Ok(m),
+        Ok(_) => Err(ApiError::invalid(
+            "the request body must be a JSON object",
+            None,
+        )),
+        Err(e) => Err(ApiError::invalid(
+            format!("the request body is not valid JSON: {e}"),
+            None,
+        )),
+    }
+}

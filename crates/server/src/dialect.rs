@@ -107,17 +107,7 @@ fn api_error(e: DialectError) -> ApiError {
 }
 
 fn parse(body: &[u8]) -> Result<Value, ApiError> {
-    match serde_json::from_slice::<Value>(body) {
-        Ok(v @ Value::Object(_)) => Ok(v),
-        Ok(_) => Err(ApiError::invalid(
-            "the request body must be a JSON object",
-            None,
-        )),
-        Err(e) => Err(ApiError::invalid(
-            format!("the request body is not valid JSON: {e}"),
-            None,
-        )),
-    }
+    crate::body::json_object(body).map(Value::Object)
 }
 
 fn unique_id(s: &Shared, prefix: &str) -> String {

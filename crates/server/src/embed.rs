@@ -45,33 +45,35 @@ pub(crate) async fn embeddings(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let seq = s.next_seq.fetch_add(1, Ordering::Relaxed);
-    let id = request_id(&headers, "embd", seq);
-    let peek = models::Peek::of(&body);
-    let (r, m) = match models::route(&s, &peek).await {
-        Ok(routed) => {
-            let m = routed.metrics.clone();
-            (
-                embed_on(&s, &id, &body, &routed.name, &routed.engine).await,
-                m,
-            )
-        }
-        Err(e) => (Err(e), s.metrics.clone()),
-    };
-    finish(r, m, &id)
+    serve(s, headers, body, Kind::Embed).await
 }
 
 pub(crate) async fn rerank(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
+    serve(s, headers, body, Kind::Rerank).await
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Embed,
+    Rerank,
+}
+
+/// Route to the model, answer, record the status on the model's metrics.
+async fn serve(s: Shared, headers: HeaderMap, body: Bytes, kind: Kind) -> Response {
     let seq = s.next_seq.fetch_add(1, Ordering::Relaxed);
-    let id = request_id(&headers, "rerank", seq);
-    let peek = models::Peek::of(&body);
-    let (r, m) = match models::route(&s, &peek).await {
+    let prefix = match kind {
+        Kind::Embed => "embd",
+        Kind::Rerank => "rerank",
+    };
+    let id = request_id(&headers, prefix, seq);
+    let (r, m) = match models::route(&s, &models::Peek::of(&body)).await {
         Ok(routed) => {
-            let m = routed.metrics.clone();
-            (
-                rerank_on(&s, &id, &body, &routed.name, &routed.engine).await,
-                m,
-            )
+            let (name, engine) = (&routed.name, &routed.engine);
+            let r = match kind {
+                Kind::Embed => embed_on(&s, &id, &body, name, engine).await,
+                Kind::Rerank => rerank_on(&s, &id, &body, name, engine).await,
+            };
+            (r, routed.metrics.clone())
         }
         Err(e) => (Err(e), s.metrics.clone()),
     };
@@ -99,20 +101,6 @@ fn finish(
         resp.headers_mut().insert("x-request-id", v);
     }
     resp
-}
-
-fn parse(body: &[u8]) -> Result<serde_json::Map<String, Value>, ApiError> {
-    match serde_json::from_slice::<Value>(body) {
-        Ok(Value::Object(m)) => Ok(m),
-        Ok(_) => Err(ApiError::invalid(
-            "the request body must be a JSON object",
-            None,
-        )),
-        Err(e) => Err(ApiError::invalid(
-            format!("the request body is not valid JSON: {e}"),
-            None,
-        )),
-    }
 }
 
 /// `input`: a string, a list of strings, a list of token ids, or a list of
@@ -313,7 +301,7 @@ async fn embed_on(
             )
         });
     }
-    let req = parse(body)?;
+    let req = crate::body::json_object(body)?;
     let base64 = match req.get("encoding_format") {
         None | Some(Value::Null) => false,
         Some(Value::String(f)) if f == "float" => false,
@@ -385,7 +373,7 @@ async fn rerank_on(
     engine: &EngineHandle,
 ) -> Result<Value, ApiError> {
     let pooling = require_pooling(engine, name)?;
-    let req = parse(body)?;
+    let req = crate::body::json_object(body)?;
     let query = match req.get("query") {
         Some(Value::String(q)) if !q.is_empty() => q.clone(),
         _ => {

@@ -321,14 +321,21 @@ impl<B: EmbedBackend> EmbedOwner<B> {
     }
 }
 
-/// Tokens of the longest input an embedding engine takes, and the batch:
-/// an input is computed in one micro-batch, so both are at most the
-/// model's trained context.
+/// Tokens of the longest input an embedding model takes: the model's
+/// positions (an input past the trained context crashes llama.cpp's
+/// encoder), never the step's token cap.
+pub(crate) fn longest_input(model: &crate::model::LoadedModel, c: &crate::EngineConfig) -> u32 {
+    c.ctx_per_seq.min(model.facts.n_ctx_train.max(1)).max(8)
+}
+
+/// An embedding context's sizing: every input is computed in one
+/// micro-batch, so a step holds at least the longest input, and up to
+/// the prompt budget.
 pub(crate) fn embed_params(
     model: &crate::model::LoadedModel,
     c: &crate::EngineConfig,
 ) -> crate::model::EmbedParams {
-    let longest = c.ctx_per_seq.min(model.facts.n_ctx_train.max(1)).max(8);
+    let longest = longest_input(model, c);
     let n_batch =
         longest.max((c.prompt_budget as u32).min(longest.saturating_mul(c.max_seqs as u32)));
     crate::model::EmbedParams {
@@ -378,7 +385,8 @@ pub(crate) fn spawn(
                 warmup_ms,
                 pooling = rt.pooling().name(),
                 width = rt.width(),
-                longest_input = params.n_batch,
+                step_tokens = params.n_batch,
+                longest_input = longest_input(&model, &config),
                 "embedding model ready"
             );
             stats.send_modify(|s| {
