@@ -646,10 +646,14 @@ impl EngineHandle {
     /// Requests submitted and not yet admitted (the inbox's length).
     /// The memory ledger now.
     pub fn ledger(&self) -> memory::Ledger {
-        let s = self.stats();
+        self.ledger_of(&self.stats())
+    }
+
+    /// The ledger from a snapshot already read (`stats()`).
+    pub fn ledger_of(&self, s: &EngineStats) -> memory::Ledger {
         let rss = memory::rss_bytes().unwrap_or(0);
         memory::Ledger::from_parts(
-            &s,
+            s,
             self.shared.model.facts.weights_bytes,
             self.shared.config.memory_budget,
             rss,

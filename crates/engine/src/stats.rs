@@ -58,12 +58,64 @@ impl CancelState {
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct LiveRequest {
     pub id: String,
-    /// queued, prefilling, decoding or paused.
+    /// queued, prefilling, decoding, paused or retiring.
     pub state: &'static str,
     pub prompt_tokens: usize,
     pub prompt_computed: usize,
     pub generated: u32,
     pub age_ms: f64,
+}
+
+/// Steps kept in `EngineStats::recent_steps` (the dashboard's timeline).
+pub const STEP_HISTORY: usize = 256;
+/// Cancellations kept in `EngineStats::recent_cancels`.
+pub const CANCEL_HISTORY: usize = 64;
+
+/// Milliseconds since the Unix epoch (the dashboard's clock).
+pub fn unix_ms() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64() * 1e3)
+}
+
+/// One step of the owner, as the dashboard draws it.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct StepRecord {
+    /// The step's number (`EngineStats::steps` after it).
+    pub n: u64,
+    /// When it ended, Unix milliseconds.
+    pub at_ms: f64,
+    /// Sequences that decoded one token; prompt tokens computed; chunks.
+    pub decode: u32,
+    pub prompt: u32,
+    pub chunks: u32,
+    /// Planning, building the batch, the runtime (submit + wait), reading
+    /// the outputs (sample, detokenize, emit), the whole step.
+    pub plan_ms: f32,
+    pub build_ms: f32,
+    pub wait_ms: f32,
+    pub out_ms: f32,
+    pub ms: f32,
+}
+
+/// One cancellation, from notice to retirement.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct CancelRecord {
+    /// Its number (`EngineStats::requests_cancelled` after it).
+    pub n: u64,
+    pub id: String,
+    /// queued, prefilling or decoding.
+    pub state: &'static str,
+    pub latency_ms: f64,
+    pub at_ms: f64,
+}
+
+/// Push onto a bounded history, dropping the oldest.
+pub(crate) fn push_bounded<T>(q: &mut std::collections::VecDeque<T>, cap: usize, v: T) {
+    if q.len() >= cap {
+        q.pop_front();
+    }
+    q.push_back(v);
 }
 
 /// Read-only snapshot published after every step.
@@ -187,8 +239,12 @@ pub struct EngineStats {
     pub constraint_ns_total: u64,
     pub constraint_tokens_total: u64,
     pub constrained_requests_total: u64,
-    /// Every queued and admitted request, refreshed each iteration.
+    /// Every queued and admitted request, refreshed each iteration (and
+    /// finished ones still flushing to their client: `retiring`).
     pub live: Vec<LiveRequest>,
+    /// The last `STEP_HISTORY` steps and `CANCEL_HISTORY` cancellations.
+    pub recent_steps: std::collections::VecDeque<StepRecord>,
+    pub recent_cancels: std::collections::VecDeque<CancelRecord>,
 }
 
 impl EngineStats {

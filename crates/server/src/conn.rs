@@ -31,7 +31,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 
 /// What connections are held to (`steward serve` flags).
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ConnLimits {
     /// `--max-connections`.
     pub max_connections: usize,
@@ -41,6 +41,9 @@ pub struct ConnLimits {
     pub idle_timeout: Duration,
     /// After shutdown begins: how long open responses may take to finish.
     pub close_grace: Duration,
+    /// Serve HTTPS with this certificate (`--tls-cert`): the handshake is
+    /// held to `header_timeout` too.
+    pub tls: Option<Arc<crate::access::Tls>>,
 }
 
 impl Default for ConnLimits {
@@ -50,6 +53,7 @@ impl Default for ConnLimits {
             header_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
             close_grace: Duration::from_secs(1),
+            tls: None,
         }
     }
 }
@@ -154,6 +158,23 @@ async fn refuse(mut stream: TcpStream) {
 
 async fn connection(
     stream: TcpStream,
+    app: Router,
+    limits: ConnLimits,
+    stop: tokio::sync::watch::Receiver<bool>,
+    open: OpenGuard,
+) {
+    let Some(tls) = limits.tls.clone() else {
+        return http1(stream, app, limits, stop, open).await;
+    };
+    match tokio::time::timeout(limits.header_timeout, tls.acceptor().accept(stream)).await {
+        Ok(Ok(s)) => http1(s, app, limits, stop, open).await,
+        Ok(Err(e)) => tracing::debug!(error = %e, "TLS handshake failed"),
+        Err(_) => tracing::debug!("TLS handshake too slow; connection closed"),
+    }
+}
+
+async fn http1<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
+    stream: S,
     app: Router,
     limits: ConnLimits,
     mut stop: tokio::sync::watch::Receiver<bool>,
@@ -333,15 +354,15 @@ impl http_body::Body for Guarded {
 /// to requests it cannot parse (400, 414, 431, written with no request in
 /// flight and with neither a body nor a content type, which every response
 /// of ours has) the API's JSON error body instead of an empty one.
-struct Tracked {
-    inner: TcpStream,
+struct Tracked<S> {
+    inner: S,
     activity: Arc<Activity>,
     /// A replacement response still to be written.
     pending: Vec<u8>,
 }
 
-impl Tracked {
-    fn new(inner: TcpStream, activity: Arc<Activity>) -> Self {
+impl<S: AsyncRead + AsyncWrite + Unpin> Tracked<S> {
+    fn new(inner: S, activity: Arc<Activity>) -> Self {
         Tracked {
             inner,
             activity,
@@ -409,7 +430,7 @@ impl Tracked {
     }
 }
 
-impl AsyncRead for Tracked {
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for Tracked<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -424,7 +445,7 @@ impl AsyncRead for Tracked {
     }
 }
 
-impl AsyncWrite for Tracked {
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Tracked<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,

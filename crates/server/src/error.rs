@@ -129,6 +129,19 @@ impl ApiError {
         }
     }
 
+    /// 429 with `Retry-After`: a per-key rate limit or a bounded resource
+    /// of the caller's own (open dashboard feeds).
+    pub fn rate_limited(message: impl Into<String>, code: &'static str, retry_after: u32) -> Self {
+        ApiError {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            message: message.into(),
+            kind: "rate_limit_error",
+            param: None,
+            code,
+            retry_after: Some(retry_after.max(1)),
+        }
+    }
+
     fn overloaded(status: StatusCode, message: String, code: &'static str) -> Self {
         ApiError {
             status,

@@ -7,9 +7,11 @@
 //! events as JSON or SSE. Dropping the response body (client gone) drops the
 //! `RequestStream`, which the engine treats as a cancellation.
 
+pub mod access;
 mod body;
 pub mod chat_input;
 pub mod conn;
+pub mod dashboard;
 mod dialect;
 mod embed;
 pub mod error;
@@ -21,10 +23,12 @@ pub mod limits;
 pub mod logprobs;
 pub mod metrics;
 mod models;
+mod openapi;
 pub mod output;
 mod reply;
 pub mod tools;
 pub mod validate;
+mod web;
 
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -46,7 +50,8 @@ pub struct AppState {
     /// Set once the models are known; until then the server answers
     /// `/health`, and everything else says it is loading.
     registry: std::sync::OnceLock<Arc<steward_registry::Registry>>,
-    pub api_key: Option<String>,
+    /// The API keys in force (none: no auth) and their rate limits.
+    pub keys: Arc<access::Keys>,
     /// HTTP metrics of requests no model was found for (`model=""`).
     pub metrics: Arc<metrics::HttpMetrics>,
     /// Each model's HTTP metrics.
@@ -66,6 +71,8 @@ pub struct AppState {
     /// Stored responses (`store: true`), for `previous_response_id` and
     /// `GET /v1/responses/{id}`: bounded in count, bytes and age.
     pub responses: Arc<steward_dialects::responses::Store>,
+    /// Serve the web chat (`/`) and the dashboard (`/dashboard`).
+    pub web: bool,
     next_seq: AtomicU64,
 }
 
@@ -73,6 +80,9 @@ pub struct AppState {
 #[derive(Debug, Clone)]
 pub struct ServerOptions {
     pub api_key: Option<String>,
+    /// Keys from `--api-key-file` and rate limits, already read (None:
+    /// `api_key` alone, unlimited).
+    pub keys: Option<Arc<access::Keys>>,
     pub sse_keepalive: std::time::Duration,
     pub request_timeout: Option<std::time::Duration>,
     pub limits: limits::Limits,
@@ -84,18 +94,22 @@ pub struct ServerOptions {
     /// (`--responses-store-entries`, `--responses-store-mb`,
     /// `--responses-ttl-s`).
     pub responses_store: (usize, u64, std::time::Duration),
+    /// The built-in pages (`--no-web` turns them off).
+    pub web: bool,
 }
 
 impl Default for ServerOptions {
     fn default() -> Self {
         ServerOptions {
             api_key: None,
+            keys: None,
             sse_keepalive: std::time::Duration::from_secs(5),
             request_timeout: None,
             limits: limits::Limits::default(),
             body_timeout: std::time::Duration::from_secs(30),
             cors_origins: Vec::new(),
             responses_store: (1024, 64 << 20, std::time::Duration::from_secs(3600)),
+            web: true,
         }
     }
 }
@@ -132,7 +146,9 @@ impl AppState {
     pub fn with_options(o: ServerOptions) -> Arc<Self> {
         Arc::new(AppState {
             registry: std::sync::OnceLock::new(),
-            api_key: o.api_key.filter(|k| !k.is_empty()),
+            keys: o.keys.unwrap_or_else(|| {
+                access::Keys::new(o.api_key.clone(), None, 0).expect("no key file to read")
+            }),
             metrics: Arc::default(),
             model_metrics: Default::default(),
             sse_keepalive: o.sse_keepalive,
@@ -146,6 +162,7 @@ impl AppState {
                 o.responses_store.1 as usize,
                 o.responses_store.2,
             )),
+            web: o.web,
             next_seq: AtomicU64::new(1),
         })
     }
@@ -233,6 +250,17 @@ pub async fn serve_forever(
     .await
 }
 
+/// `--metrics-port`: `/metrics`, `/health` and `/ready` without a key,
+/// for scrapers and load balancers on a port the operator keeps private.
+pub fn metrics_app(state: Shared) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics_text))
+        .route("/health", get(health))
+        .route("/ready", get(ready))
+        .fallback(|req: Request| async move { ApiError::not_found(req.uri().path()) })
+        .with_state(state)
+}
+
 /// The router. `/health` and `/ready` answer without the API key and without
 /// touching the engine thread.
 pub fn app(state: Shared) -> Router {
@@ -262,11 +290,20 @@ pub fn app(state: Shared) -> Router {
         .route("/metrics", get(metrics_text))
         .route("/debug/ledger", get(debug_ledger))
         .route("/debug/requests", get(debug_requests))
+        .route("/dashboard/events", get(dashboard::events))
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), auth));
     let cors = cors_layer(&state.cors_origins);
-    let router = Router::new()
+    let mut router = Router::new()
         .route("/health", get(health))
         .route("/ready", get(ready))
+        .route("/openapi.json", get(openapi::spec));
+    if state.web {
+        router = router
+            .route("/", get(web::chat))
+            .route("/dashboard", get(web::dashboard))
+            .route("/ui/{name}", get(web::file));
+    }
+    let router = router
         .merge(api)
         .fallback(|req: Request| async move { ApiError::not_found(req.uri().path()) })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
@@ -332,32 +369,47 @@ async fn health(State(s): State<Shared>) -> Response {
     }
 }
 
-fn ct_eq(a: &[u8], b: &[u8]) -> bool {
-    // Constant time in the key's length: no early exit on the first mismatch.
-    let mut diff = (a.len() != b.len()) as u8;
-    for i in 0..a.len().max(b.len()) {
-        diff |= a.get(i).copied().unwrap_or(0) ^ b.get(i).copied().unwrap_or(0xff);
-    }
-    diff == 0
-}
-
 async fn auth(State(s): State<Shared>, req: Request, next: Next) -> Response {
-    if let Some(key) = &s.api_key {
-        // `Authorization: Bearer KEY` (OpenAI) or `x-api-key: KEY`
-        // (Anthropic's clients).
-        let h = req.headers();
-        let given = h
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .or_else(|| h.get("x-api-key").and_then(|v| v.to_str().ok()))
-            .unwrap_or("");
-        if !ct_eq(given.as_bytes(), key.as_bytes()) {
+    if !s.keys.enabled() {
+        return next.run(req).await;
+    }
+    // `Authorization: Bearer KEY` (OpenAI) or `x-api-key: KEY` (Anthropic's
+    // clients).
+    let h = req.headers();
+    let given = h
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .or_else(|| h.get("x-api-key").and_then(|v| v.to_str().ok()));
+    let admitted = match s.keys.check(given) {
+        Ok(a) => a,
+        Err(access::Refused::Unauthorized) => {
             s.metrics.record_status(401);
             return ApiError::unauthorized().into_response();
         }
+        Err(access::Refused::Limited { retry_after, rpm }) => {
+            s.metrics.record_status(429);
+            let mut r = ApiError::rate_limited(
+                format!("Rate limit reached for this key: {rpm} requests per minute. Retry in {retry_after} s."),
+                "rate_limit_exceeded",
+                retry_after,
+            )
+            .into_response();
+            r.headers_mut()
+                .insert("x-ratelimit-limit-requests", HeaderValue::from(rpm));
+            r.headers_mut()
+                .insert("x-ratelimit-remaining-requests", HeaderValue::from(0));
+            return r;
+        }
+    };
+    let mut r = next.run(req).await;
+    if let Some((limit, left)) = admitted.and_then(|a| a.rate) {
+        r.headers_mut()
+            .insert("x-ratelimit-limit-requests", HeaderValue::from(limit));
+        r.headers_mut()
+            .insert("x-ratelimit-remaining-requests", HeaderValue::from(left));
     }
-    next.run(req).await
+    r
 }
 
 async fn ready(State(s): State<Shared>) -> Response {
@@ -480,6 +532,7 @@ async fn metrics_text(State(s): State<Shared>) -> Response {
     let mut body = labels::merge(&blocks);
     models::render_states(&mut body, reg);
     metrics::render_store(&mut body, &s.responses);
+    s.keys.metrics(&mut body);
     ([("content-type", "text/plain; version=0.0.4")], body).into_response()
 }
 

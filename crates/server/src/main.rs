@@ -81,6 +81,8 @@ struct ServeArgs {
     /// Require `Authorization: Bearer <key>` on /v1 routes and /metrics.
     #[arg(long, env = "STEWARD_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
+    #[command(flatten)]
+    access: steward_server::access::AccessArgs,
     /// Name clients use in the `model` field (default: the file's stem).
     #[arg(long)]
     served_model_name: Option<String>,
@@ -513,8 +515,20 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
     c.grammar_threads = l.grammar_threads.max(1);
     c.grammar_queue = l.grammar_queue.max(1);
     c.grammar_timeout = secs_on(l.grammar_timeout_s, "grammar-timeout-s")?;
+    let acc = &a.access;
+    let keys = steward_server::access::Keys::new(
+        a.api_key.clone(),
+        acc.api_key_file.clone(),
+        acc.rate_limit_rpm,
+    )?;
+    let tls = match (&acc.tls_cert, &acc.tls_key) {
+        (Some(c), Some(k)) => Some(steward_server::access::Tls::new(c.clone(), k.clone())?),
+        _ => None,
+    };
     let options = steward_server::ServerOptions {
         api_key: a.api_key.clone(),
+        keys: Some(keys.clone()),
+        web: !acc.no_web,
         sse_keepalive: secs_on(a.sse_keepalive_s.max(0.05), "sse-keepalive-s")?,
         request_timeout,
         limits: steward_server::limits::Limits {
@@ -545,6 +559,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
         // Shutdown ends within --drain-timeout-s: the engine's drain gets
         // the time but this, open responses this to finish.
         close_grace: grace.min(Duration::from_secs(1)),
+        tls: tls.clone(),
     };
     c.n_threads = threads(a.model.threads);
     c.n_threads_batch = c.n_threads;
@@ -606,6 +621,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
     let addr: SocketAddr = format!("{}:{}", a.host, a.port)
         .parse()
         .with_context(|| format!("bad --host/--port: {}:{}", a.host, a.port))?;
+    let metrics_port = a.access.metrics_port;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -618,6 +634,20 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
         // model loads and warms up.
         let state = steward_server::AppState::with_options(options);
         let app = steward_server::app(state.clone());
+        tokio::spawn(steward_server::access::reload_on_sighup(keys, tls));
+        if let Some(port) = metrics_port {
+            let maddr = SocketAddr::new(addr.ip(), port);
+            let ml = steward_server::bind(maddr, None)
+                .with_context(|| format!("cannot listen on {maddr} (--metrics-port)"))?;
+            let mapp = steward_server::metrics_app(state.clone());
+            let mlimits = steward_server::conn::ConnLimits {
+                tls: None,
+                ..conn_limits.clone()
+            };
+            let mconns = Default::default();
+            tokio::spawn(steward_server::conn::serve(ml, mapp, mlimits, mconns, std::future::pending()));
+            tracing::info!(%maddr, "metrics and health without a key");
+        }
         let drained = state.clone();
         let engine_grace = grace.saturating_sub(conn_limits.close_grace);
         let conns = state.conns.clone();

@@ -84,6 +84,22 @@ impl HttpMetrics {
     pub fn observe_itl(&self, secs: f64) {
         self.with(|m| m.itl.observe(secs));
     }
+
+    /// TTFT and inter-token histograms for the dashboard: cumulative
+    /// counts per upper bound in seconds.
+    pub fn latency_json(&self) -> serde_json::Value {
+        let h = |h: &Histogram| serde_json::json!({"counts": h.counts, "sum": h.sum, "n": h.n});
+        let mut v = serde_json::Value::Null;
+        self.with(|m| {
+            v = serde_json::json!({
+                "buckets_s": BUCKETS_S,
+                "ttft": h(&m.ttft),
+                "itl": h(&m.itl),
+                "e2e": h(&m.e2e),
+            })
+        });
+        v
+    }
 }
 
 /// An engine histogram (milliseconds) as a Prometheus histogram in seconds.

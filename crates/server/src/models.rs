@@ -285,7 +285,7 @@ pub(crate) async fn list(State(s): State<Shared>) -> Result<Json<p::ModelList>, 
 /// Admin routes change what the server holds: only with `--api-key` set
 /// (the auth layer then checks it), never on an open server.
 fn admin(s: &Shared) -> Result<&Arc<steward_registry::Registry>, ApiError> {
-    if s.api_key.is_none() {
+    if !s.keys.enabled() {
         return Err(ApiError {
             status: StatusCode::FORBIDDEN,
             message: "admin routes need the server started with --api-key".into(),

@@ -109,6 +109,7 @@ async fn slow_idle_and_excess_connections_are_closed() {
         header_timeout: Duration::from_millis(500),
         idle_timeout: Duration::from_millis(1500),
         close_grace: Duration::from_millis(200),
+        ..Default::default()
     };
     let opts = ServerOptions {
         body_timeout: Duration::from_millis(800),

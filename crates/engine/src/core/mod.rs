@@ -86,6 +86,7 @@ struct Waiting {
 /// A terminal event (and text before it) the client has not taken yet. The
 /// sequence's slot and permit are already released; only the events wait.
 struct Draining {
+    id: String,
     outbox: mpsc::Sender<Event>,
     events: VecDeque<Event>,
 }
@@ -582,8 +583,25 @@ impl<B: Backend> Owner<B> {
             0.0
         };
         self.cost.observe(plan.decode.len(), n_prompt, ms, ctx);
+        let record = crate::stats::StepRecord {
+            n: 0,
+            at_ms: crate::stats::unix_ms(),
+            decode: plan.decode.len() as u32,
+            prompt: n_prompt as u32,
+            chunks: plan.chunks.len() as u32,
+            plan_ms: (t.saturating_duration_since(t_plan).as_secs_f64() * 1e3) as f32,
+            build_ms: (t_submit.saturating_duration_since(t).as_secs_f64() * 1e3) as f32,
+            wait_ms: runtime_ms as f32,
+            out_ms: (overlap_ms + out_ms) as f32,
+            ms: ms as f32,
+        };
         self.stats.send_modify(|s| {
             s.steps += 1;
+            let rec = crate::stats::StepRecord {
+                n: s.steps,
+                ..record
+            };
+            crate::stats::push_bounded(&mut s.recent_steps, crate::stats::STEP_HISTORY, rec);
             s.step_runtime_ms_total += runtime_ms;
             s.step_ms.observe(ms);
             s.prompt_tokens_after_cancel += wasted as u64;
@@ -664,6 +682,7 @@ impl<B: Backend> Owner<B> {
             }
         });
         let mut d = Draining {
+            id: seq.id.clone(),
             outbox: seq.outbox.clone(),
             events,
         };
@@ -721,6 +740,11 @@ impl<B: Backend> Owner<B> {
                 age_ms: w.sub.req.arrival.elapsed().as_secs_f64() * 1e3,
             })
             .chain(self.seqs.iter().map(Sequence::live))
+            .chain(self.draining.iter().map(|d| crate::stats::LiveRequest {
+                id: d.id.clone(),
+                state: "retiring",
+                ..Default::default()
+            }))
             .collect();
         if let Some((run, wait)) = self.lora_names() {
             self.stats.send_if_modified(|s| {

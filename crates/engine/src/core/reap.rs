@@ -13,7 +13,7 @@ use crate::stream::{Event, GenerationError};
 
 impl<B: Backend> Owner<B> {
     /// Count a cancellation and its latency (from when it was noticed).
-    pub(super) fn record_cancel(&mut self, state: CancelState, noticed: Option<Instant>) {
+    pub(super) fn record_cancel(&mut self, id: &str, state: CancelState, noticed: Option<Instant>) {
         let ms = noticed.map_or(0.0, |t| t.elapsed().as_secs_f64() * 1e3);
         let samples = &mut self.cancel_samples[state.index()];
         if samples.len() == 4096 {
@@ -30,6 +30,14 @@ impl<B: Backend> Owner<B> {
             s.cancelled_by_state[state.index()] += 1;
             s.cancel_latency[state.index()].observe(ms);
             s.cancel_latency_quantiles[state.index()] = quantiles;
+            let rec = crate::stats::CancelRecord {
+                n: s.requests_cancelled,
+                id: id.to_string(),
+                state: state.as_str(),
+                latency_ms: ms,
+                at_ms: crate::stats::unix_ms(),
+            };
+            crate::stats::push_bounded(&mut s.recent_cancels, crate::stats::CANCEL_HISTORY, rec);
         });
     }
 
@@ -58,12 +66,12 @@ impl<B: Backend> Owner<B> {
                     .try_send(Event::Error(GenerationError::Cancelled));
             }
             self.dequeue();
-            self.record_cancel(CancelState::Queued, Some(t));
+            self.record_cancel(id, CancelState::Queued, Some(t));
         } else if let Some(i) = self.seqs.iter().position(|s| s.id == id) {
             let seq = self.seqs.remove(i);
             let state = seq.cancel_state();
             self.retire(seq, Some(Outcome::Failed(GenerationError::Cancelled)));
-            self.record_cancel(state, Some(t));
+            self.record_cancel(id, state, Some(t));
         }
     }
 
@@ -98,7 +106,7 @@ impl<B: Backend> Owner<B> {
             match err {
                 None => {
                     tracing::debug!(request_id = %w.sub.req.id, "cancelled while queued");
-                    self.record_cancel(CancelState::Queued, w.sub.note.noticed());
+                    self.record_cancel(&w.sub.req.id, CancelState::Queued, w.sub.note.noticed());
                 }
                 Some(e) => {
                     tracing::info!(request_id = %w.sub.req.id, error = %e, "ended while queued");
@@ -141,8 +149,9 @@ impl<B: Backend> Owner<B> {
                 None => {
                     tracing::debug!(request_id = %seq.id, "cancelled (client gone)");
                     let (state, noticed) = (seq.cancel_state(), seq.note.noticed());
+                    let id = seq.id.clone();
                     self.retire(seq, None);
-                    self.record_cancel(state, noticed);
+                    self.record_cancel(&id, state, noticed);
                 }
                 Some(e) => {
                     tracing::info!(request_id = %seq.id, error = %e, "ended");
