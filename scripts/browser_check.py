@@ -266,7 +266,7 @@ def main():
             last = "#messages > .msg.assistant:last-child"
 
             # ---- a) a streamed answer grows, then finishes ----
-            set_field("#max_tokens", 48)
+            set_field("#max_tokens", 72)
             set_field("#temperature", 0)
             page.fill("#prompt", "Show a short Python function that adds two numbers, in a code block.")
             page.click("#send")
@@ -291,9 +291,6 @@ def main():
                   f"lengths seen while streaming {grew[:6]}{'...' if len(grew) > 6 else ''}, final {len(final)} chars, "
                   f"finish {finish!r}, meta {meta!r}")
             check("usage", "completion tokens" in meta and "tok/s" in meta, meta)
-            if not page.is_hidden("#settings"):
-                page.click("#settings-toggle")
-            page.screenshot(path=os.path.join(a.shots, "chat.png"))
             answer_a = final
             title_a = page.inner_text("#conversations li.active .conv-title")
 
@@ -463,8 +460,13 @@ def main():
                   and "iB" in weights and used and int(used.group(1).replace(",", "")) > 0,
                   f"{steps} steps in the timeline, {samples_l} ledger samples, weights {weights}, rss {rss}, "
                   f"KV cells used {used.group(1) if used else None}")
-            # Let the rows and charts move a little for the picture.
-            dash.wait_for_timeout(1200)
+            # Let the request, rows and charts move a little for the picture.
+            try:
+                dash.wait_for_function(
+                    f"() => {{ const r = document.querySelector(\"#requests tr[data-id='{row_id}']\");"
+                    " return r && +r.children[5].textContent.replace(/,/g, '') >= 24; }", timeout=8000)
+            except Exception:  # noqa: BLE001 - only the picture waits for it
+                pass
             dash.screenshot(path=os.path.join(a.shots, "dashboard.png"))
             # The client goes away: its cancellation is listed with a latency.
             ls.leave.set()
@@ -500,6 +502,13 @@ def main():
             check("reload", same and left2 == left and len(left) == len(titles) - 1,
                   f"{len(titles)} conversations before and {len(titles2)} after reload, answer "
                   f"{'same' if again == answer_a else 'DIFFERENT'}; after a delete {len(left2)} remain")
+
+            # The picture: the streamed answer of (a), reloaded from storage.
+            if title_a in left2:
+                page.click(f"#conversations li >> nth={left2.index(title_a)} >> .conv-title")
+            if not page.is_hidden("#settings"):
+                page.click("#settings-toggle")
+            page.screenshot(path=os.path.join(a.shots, "chat.png"))
 
             ctx.close()
         # The refused requests of (c) and (h) are logged by Chromium itself as

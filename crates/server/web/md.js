@@ -53,7 +53,8 @@
       return stash.put('<code>' + code.replace(/^ (.*) $/, '$1') + '</code>');
     });
     // [label](url): only http(s) targets become links; others stay text.
-    s = s.replace(/\[([^\]\n]+)\]\(([^()\s]+)(?:\s+&quot;[^\n]*?&quot;)?\)/g, function (m, label, url) {
+    // (An image, ![alt](url), is shown as a link: pages load no image.)
+    s = s.replace(/!?\[([^\]\n]+)\]\(([^()\s]+)(?:\s+&quot;[^\n]*?&quot;)?\)/g, function (m, label, url) {
       var raw = url.replace(/&amp;/g, '&');
       if (!SAFE_URL.test(raw)) return m;
       return stash.put(
