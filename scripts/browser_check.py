@@ -26,6 +26,14 @@ It starts `steward serve` itself (default model, --max-seqs 4,
   f) markdown md.js escapes HTML (no tag or javascript: link gets through)
               and renders fences, code, emphasis, lists, links;
   g) clean    no page error and no console error (CSP refusals included).
+  h) canned   replies the default model cannot give, made in the browser
+              (a fetch stand-in that trickles the stream in 40-byte pieces,
+              and request interception): reasoning_content shown in a
+              <details> open while it streams and folded after; tool_calls
+              accumulated per index, shown with name and pretty JSON; an
+              in-stream `data: {"error":...}` shown verbatim with the partial
+              text kept; a 401 shows the message and focuses the key field.
+  Also: the model picker lists exactly GET /v1/models.
 
 Screenshots (1280x800): docs/img/chat.png, docs/img/dashboard.png.
 Prints one line `browser check: PASS ...` or `browser check: FAIL ...` and
@@ -304,7 +312,7 @@ def main():
             got_text = wait_for(lambda: len(page.inner_text(f"{last} .content")) > 20, 30)
             page.click("#stop")
             t_stop = time.time()
-            after = wait_for(lambda: (lambda v: v if v >= before + 1 else None)(server.cancelled_total()), 5, 0.1)
+            after = wait_for(lambda: (lambda v: v if v >= before + 1 else None)(server.cancelled_total()), 10, 0.1)
             after = after or server.cancelled_total()
             took_cancel = time.time() - t_stop
             page.wait_for_selector(f"{last}[data-state=stopped]", timeout=5000)
@@ -348,7 +356,7 @@ def main():
                 return {"id": "chatcmpl-canned", "object": "chat.completion.chunk", "model": "canned",
                         "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], "usage": None}
 
-            h = canned(200, sse(
+            reply = sse(
                 ch({"role": "assistant", "content": "", "reasoning_content": "Let me think"}),
                 ch({"reasoning_content": " about the weather."}),
                 ch({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
@@ -359,13 +367,33 @@ def main():
                 ch({"content": "Checking **Paris**."}),
                 ch({}, "tool_calls"),
                 {"id": "chatcmpl-canned", "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 9}},
-                "[DONE]"))
+                "[DONE]")
+            # This reply trickles in 40-byte pieces (lines cut anywhere),
+            # through a fetch stand-in for the next chat request, so the
+            # page is seen mid-stream: reasoning open while it streams.
+            page.evaluate("""(text) => {
+                const real = window.fetch;
+                window.fetch = function (url, opts) {
+                  if (!String(url).endsWith('/v1/chat/completions')) return real.apply(this, arguments);
+                  window.fetch = real;
+                  const bytes = new TextEncoder().encode(text);
+                  let at = 0;
+                  const body = new ReadableStream({ pull(c) {
+                    return new Promise(r => setTimeout(() => {
+                      if (at < bytes.length) { c.enqueue(bytes.slice(at, at + 40)); at += 40; } else c.close();
+                      r();
+                    }, 25));
+                  }});
+                  return Promise.resolve(new Response(body, { status: 200, headers: { 'content-type': 'text/event-stream' } }));
+                };
+            }""", reply)
             page.click("#new-chat")
             set_field("#max_tokens", "")
             page.fill("#prompt", "What is the weather in Paris?")
             page.click("#send")
+            page.wait_for_selector(f"{last}[data-state=streaming] details.reasoning:not(.hidden)", timeout=10000)
+            open_mid = page.evaluate(f"document.querySelector('{last} details.reasoning').open")
             page.wait_for_selector(f"{last}[data-state=done]", timeout=10000)
-            page.unroute("**/v1/chat/completions", h)
             r = page.evaluate("""(sel) => {
                 const m = document.querySelector(sel);
                 const det = m.querySelector('details.reasoning');
@@ -380,8 +408,10 @@ def main():
             }""", last)
             calls_ok = [c[0] for c in r["calls"]] == ["get_weather", "get_time"] and \
                 json.loads(r["calls"][0][1]) == {"city": "Paris", "days": 2} and "\n" in r["calls"][0][1]
-            check("reasoning+tools", r["reasoning"] == "Let me think about the weather." and r["open"] is False
-                  and calls_ok and r["strong"] == "Paris" and r["finish"] == "tool_calls", json.dumps(r))
+            r["open_while_streaming"] = open_mid
+            check("reasoning+tools", r["reasoning"] == "Let me think about the weather." and open_mid is True
+                  and r["open"] is False and calls_ok and r["strong"] == "Paris" and r["finish"] == "tool_calls",
+                  json.dumps(r))
 
             h = canned(200, sse(ch({"role": "assistant", "content": "Partial"}),
                                 {"error": {"message": "the engine failed: out of memory in step 12",
@@ -432,7 +462,7 @@ def main():
 
             # ---- d) the dashboard shows a running request ----
             cancels_before = server.cancelled_total()
-            ls = LongStream(server.port, 600)
+            ls = LongStream(server.port, 900)
             ls.start()
             ls.first.wait(30)
             dash = ctx.new_page()
@@ -477,8 +507,9 @@ def main():
                 crow = " ".join(dash.inner_text(f".cancellations tbody tr[data-id='{ls.id}']").split())
             except Exception as e:  # noqa: BLE001
                 crow = f"no row for {ls.id}: {type(e).__name__}"
-            check("dashboard cancel", bool(re.search(r"\d+(\.\d+)? (ms|s) ", crow))
-                  and server.cancelled_total() >= cancels_before + 1, f"listed: {crow!r}")
+            check("dashboard cancel", bool(re.search(r"\d+(\.\d+)? (ms|s) ", crow)) and not ls.finished
+                  and server.cancelled_total() >= cancels_before + 1,
+                  f"listed: {crow!r}" + (" (the stream had already finished)" if ls.finished else ""))
             dash.close()
 
             # ---- e) conversations survive a reload ----

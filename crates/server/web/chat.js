@@ -481,6 +481,7 @@
     // Most recently used first.
     convs = [c].concat(convs.filter(function (x) { return x !== c; }));
     els.prompt.value = '';
+    growPrompt();
     saveConvs();
     renderSidebar();
 
@@ -520,7 +521,11 @@
       if (mine && mine.el && mine.el.isConnected) fillAssistant(mine.el, msg, false);
       els.messages.scrollTop = els.messages.scrollHeight;
       // After a 401 the key field keeps the focus.
-      if (!(msg.error && msg.error.status === 401)) els.prompt.focus();
+      if (!(msg.error && msg.error.status === 401)) {
+        els.prompt.focus();
+        // A model that was unloaded is loaded by now: refresh the statuses.
+        loadModels();
+      }
     }
 
     function onChunk(obj) {
@@ -638,6 +643,11 @@
     }
   }
 
+  function growPrompt() {
+    els.prompt.style.height = 'auto';
+    els.prompt.style.height = Math.min(200, Math.max(46, els.prompt.scrollHeight + 2)) + 'px';
+  }
+
   // ---------- wiring ----------
   function init() {
     [
@@ -674,6 +684,7 @@
         stop();
       }
     });
+    els.prompt.addEventListener('input', growPrompt);
     els.stop.addEventListener('click', stop);
     els.newChat.addEventListener('click', function () {
       var c = current();
