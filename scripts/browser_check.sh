@@ -32,6 +32,9 @@ PY
   target/pyenv/bin/pip install --quiet --disable-pip-version-check "playwright==$PLAYWRIGHT_VERSION"
 fi
 
+# --install-only: Chromium and Playwright, nothing run (scripts/prefetch.sh).
+[ "${1:-}" = "--install-only" ] && exit 0
+
 if [ ! -x "$STEWARD" ]; then
   echo "browser check: FAIL - no steward binary at $STEWARD (build it: cargo build --release)"
   exit 1

@@ -214,6 +214,9 @@ family() {
 
 # ---- generate ---------------------------------------------------------------
 t_start=$(date +%s.%N)
+par="$(nproc 2>/dev/null || echo 2)"
+failed="$out/.failed"
+rm -f "$failed"
 written=0 current=0 unknown=0
 tok_json=""
 cleanup() { [ -z "$tok_json" ] || rm -rf "$(dirname "$tok_json")"; }
@@ -243,9 +246,12 @@ for t in "$tdir"/*.jinja; do
   [ -z "$EOS" ] || args+=("--eos=$EOS")
   [ -z "$EOT" ] || args+=("--eot=$EOT")
   [ -z "$ADD_BOS" ] || args+=(--add-bos "$ADD_BOS")
-  line="$("$py" "$gen" "${args[@]}")"
-  echo "$FAM: $line"
+  # One file per core at a time (each is CPU-bound numpy work).
+  while [ "$(jobs -rp | wc -l)" -ge "$par" ]; do wait -n || true; done
+  (line="$("$py" "$gen" "${args[@]}")" && echo "$FAM: $line" || { echo "FAILED: $stem" >&2; touch "$failed"; }) &
   written=$((written + 1))
 done
+wait
+[ ! -e "$failed" ] || { rm -f "$failed"; echo "some template GGUFs failed (above)" >&2; exit 1; }
 echo "$written written, $current up to date, $unknown skipped (unknown) in $out," \
   "$(awk -v a="$t_start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s"

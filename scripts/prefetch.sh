@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# What the suite downloads, fetched ahead: test.sh runs this in the
+# background while cargo compiles (downloads wait on the network, the
+# compile on the CPU), then waits for it before the first step that needs
+# any of it. Each piece is skipped when already there; each later script
+# still checks for its own and installs what is missing, so they also run
+# alone. Output: target/prefetch.log.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+mkdir -p target
+# The real chat templates (the llama-cpp-python sdist) and the oracle's venv.
+./scripts/fetch-templates.sh >/dev/null
+./scripts/template-oracle.sh --setup
+# The project venv: every Python package the checks use, in one install.
+venv="$root/target/pyenv"
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+"$venv/bin/pip" install --quiet --disable-pip-version-check numpy gguf safetensors tokenizers \
+  'openai>=1.66,<3' 'anthropic>=0.40,<1' 'prometheus-client>=0.17' 'jsonschema>=4' httpx
+# Debian's Chromium and the pinned Playwright (scripts/browser_check.sh).
+./scripts/browser_check.sh --install-only
+# schemathesis (scripts/schemathesis_check.sh).
+[ -x scripts/schemathesis_check.sh ] && ./scripts/schemathesis_check.sh --install-only
+echo "prefetch: done"
