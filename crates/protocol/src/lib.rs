@@ -1,5 +1,8 @@
 //! OpenAI wire types, serde only. Shared by the server (which parses and
-//! answers them) and the bench tool (which sends and reads them).
+//! answers them) and the bench tool (which sends and reads them). Each
+//! also derives utoipa's `ToSchema`: the server's `/openapi.json` takes
+//! their schemas from these definitions (doc comments are the fields'
+//! descriptions; `#[schema(...)]` adds the value ranges the server checks).
 //!
 //! Invariants: request types keep every field optional that OpenAI keeps
 //! optional, and accept (and ignore) unknown fields, as OpenAI's clients send
@@ -8,9 +11,10 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use utoipa::ToSchema;
 
 /// `stop`: a string or a list of strings.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema, PartialEq)]
 #[serde(untagged)]
 pub enum StopSpec {
     One(String),
@@ -26,53 +30,79 @@ impl StopSpec {
     }
 }
 
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, ToSchema)]
 pub struct StreamOptions {
     #[serde(default)]
     pub include_usage: bool,
 }
 
 /// Sampling and limit fields shared by both generation endpoints.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, ToSchema)]
 pub struct SamplingFields {
+    /// At least 1 (0 is accepted by `/v1/completions`: score the prompt
+    /// only), at most the server's `--max-tokens-limit` and what the
+    /// context leaves after the prompt.
+    #[schema(minimum = 0)]
     pub max_tokens: Option<i64>,
+    /// As `max_tokens`, which it overrides.
+    #[schema(minimum = 0)]
     pub max_completion_tokens: Option<i64>,
+    #[schema(minimum = 0.0, maximum = 2.0)]
     pub temperature: Option<f64>,
+    #[schema(exclusive_minimum = 0.0, maximum = 1.0)]
     pub top_p: Option<f64>,
     /// Extension (llama-server, vLLM): 0 disables.
+    #[schema(minimum = -1, maximum = 100000)]
     pub top_k: Option<i64>,
     /// Extension (llama-server, vLLM): 0 disables.
+    #[schema(minimum = 0.0, maximum = 1.0)]
     pub min_p: Option<f64>,
+    #[schema(minimum = -2.0, maximum = 2.0)]
     pub frequency_penalty: Option<f64>,
+    #[schema(minimum = -2.0, maximum = 2.0)]
     pub presence_penalty: Option<f64>,
     /// Extension (llama-server, vLLM): 1 disables.
+    #[schema(minimum = 0.01, maximum = 10.0)]
     pub repetition_penalty: Option<f64>,
     pub seed: Option<i64>,
+    /// At most `--max-stop` sequences (default 4), each non-empty and at
+    /// most `--max-stop-bytes` long.
     pub stop: Option<StopSpec>,
     #[serde(default)]
     pub stream: bool,
     pub stream_options: Option<StreamOptions>,
+    /// Choices, at most the server's `--max-n` (default 16).
+    #[schema(minimum = 1)]
     pub n: Option<i64>,
     pub user: Option<String>,
+    /// Chat: a boolean. Legacy completions: the number of alternatives per
+    /// token, 0 to 20.
     pub logprobs: Option<Value>,
+    /// Chat, with `logprobs: true`: alternatives per token.
+    #[schema(value_type = Option<u32>, maximum = 20)]
     pub top_logprobs: Option<Value>,
+    /// Token ID (as a string) to a bias from -100 to 100; at most 300.
+    #[schema(value_type = Option<std::collections::BTreeMap<String, f64>>)]
     pub logit_bias: Option<Value>,
     /// Extension (llama-server, vLLM): do not stop at end-of-generation.
     #[serde(default)]
     pub ignore_eos: bool,
     /// Extension: end the request after this many seconds (capped by the
     /// server's `--request-timeout-s`).
+    #[schema(exclusive_minimum = 0.0)]
     pub timeout: Option<f64>,
     /// Extension: return a `timings` object with the response.
     #[serde(default)]
     pub timings: bool,
     /// Extension: a grammar in llguidance's Lark dialect the output must
     /// match (`%json { schema }` embeds a JSON schema).
+    #[schema(value_type = Option<String>)]
     pub grammar: Option<Value>,
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
 pub struct ChatMessage {
+    #[schema(pattern = "^(system|developer|user|assistant|tool)$")]
     pub role: String,
     #[serde(default)]
     pub content: Option<MessageContent>,
@@ -96,14 +126,14 @@ pub struct ChatMessage {
 
 /// Message content: a string, or a list of typed parts (only `text` parts
 /// are supported by a text model).
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
 #[serde(untagged)]
 pub enum MessageContent {
     Text(String),
     Parts(Vec<ContentPart>),
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
 pub struct ContentPart {
     #[serde(rename = "type")]
     pub kind: String,
@@ -111,10 +141,12 @@ pub struct ContentPart {
     pub text: Option<String>,
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
 pub struct ChatCompletionRequest {
     #[serde(default)]
     pub model: Option<String>,
+    /// At least one, at most the server's `--max-messages` (default 1024).
+    #[schema(min_items = 1)]
     pub messages: Vec<ChatMessage>,
     #[serde(flatten)]
     pub sampling: SamplingFields,
@@ -148,7 +180,7 @@ pub struct ChatCompletionRequest {
 }
 
 /// Legacy completions prompt: a string, a list with one string, or token IDs.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
 #[serde(untagged)]
 pub enum PromptSpec {
     Text(String),
@@ -157,7 +189,7 @@ pub enum PromptSpec {
     TokenLists(Vec<Vec<i64>>),
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
 pub struct CompletionRequest {
     #[serde(default)]
     pub model: Option<String>,
@@ -165,11 +197,14 @@ pub struct CompletionRequest {
     #[serde(flatten)]
     pub sampling: SamplingFields,
     pub echo: Option<bool>,
+    /// Not supported: absent or empty.
     pub suffix: Option<String>,
+    /// Only 1 is supported.
+    #[schema(minimum = 1, maximum = 1)]
     pub best_of: Option<i64>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, ToSchema, PartialEq)]
 pub struct Usage {
     pub prompt_tokens: u32,
     pub completion_tokens: u32,
@@ -180,14 +215,14 @@ pub struct Usage {
     pub prompt_tokens_details: Option<PromptTokensDetails>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, ToSchema, PartialEq)]
 pub struct PromptTokensDetails {
     pub cached_tokens: u32,
 }
 
 /// Steward's per-request lifecycle, in milliseconds since arrival
 /// (returned when the request sets `"timings": true`).
-#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, ToSchema, PartialEq)]
 pub struct Timings {
     pub tokenized_ms: f64,
     pub admitted_ms: f64,
@@ -211,7 +246,7 @@ pub struct Timings {
     pub sampling_path: String,
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
 pub struct ResponseMessage {
     pub role: String,
     /// `null` when the turn is only tool calls.
@@ -223,7 +258,7 @@ pub struct ResponseMessage {
 }
 
 /// One function call the model made (`arguments` is a JSON text).
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema, PartialEq)]
 pub struct ToolCall {
     pub id: String,
     #[serde(rename = "type")]
@@ -231,7 +266,7 @@ pub struct ToolCall {
     pub function: FunctionCall,
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema, PartialEq)]
 pub struct FunctionCall {
     pub name: String,
     pub arguments: String,
@@ -239,7 +274,7 @@ pub struct FunctionCall {
 
 /// A streamed piece of a tool call: the first carries `id`, `type` and
 /// `function.name`; later ones append to `function.arguments`.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema, PartialEq)]
 pub struct ToolCallDelta {
     pub index: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -249,7 +284,7 @@ pub struct ToolCallDelta {
     pub function: FunctionCallDelta,
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema, PartialEq)]
 pub struct FunctionCallDelta {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
@@ -257,7 +292,7 @@ pub struct FunctionCallDelta {
     pub arguments: Option<String>,
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
 pub struct ChatChoice {
     pub index: u32,
     pub message: ResponseMessage,
@@ -265,7 +300,7 @@ pub struct ChatChoice {
     pub logprobs: Option<Value>,
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
 pub struct ChatCompletionResponse {
     pub id: String,
     pub object: String,
@@ -279,7 +314,7 @@ pub struct ChatCompletionResponse {
     pub timings: Option<Timings>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, ToSchema)]
 pub struct Delta {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<String>,
@@ -291,7 +326,7 @@ pub struct Delta {
     pub tool_calls: Option<Vec<ToolCallDelta>>,
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
 pub struct ChatChunkChoice {
     pub index: u32,
     pub delta: Delta,
@@ -299,7 +334,7 @@ pub struct ChatChunkChoice {
     pub logprobs: Option<Value>,
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
 pub struct ChatCompletionChunk {
     pub id: String,
     pub object: String,
@@ -316,7 +351,7 @@ pub struct ChatCompletionChunk {
     pub timings: Option<Timings>,
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
 pub struct CompletionChoice {
     pub index: u32,
     pub text: String,
@@ -325,7 +360,7 @@ pub struct CompletionChoice {
 }
 
 /// Both the final response and the streamed chunk of `/v1/completions`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
 pub struct CompletionResponse {
     pub id: String,
     pub object: String,
@@ -340,7 +375,7 @@ pub struct CompletionResponse {
     pub timings: Option<Timings>,
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
 pub struct ModelCard {
     pub id: String,
     pub object: String,
@@ -372,13 +407,13 @@ pub struct ModelCard {
     pub adapter: Option<Value>,
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
 pub struct ModelList {
     pub object: String,
     pub data: Vec<ModelCard>,
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema, PartialEq)]
 pub struct ErrorDetail {
     pub message: String,
     #[serde(rename = "type")]
@@ -388,7 +423,7 @@ pub struct ErrorDetail {
 }
 
 /// `{"error": {"message", "type", "param", "code"}}`
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema, PartialEq)]
 pub struct ErrorBody {
     pub error: ErrorDetail,
 }
