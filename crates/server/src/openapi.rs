@@ -174,7 +174,7 @@ impl utoipa::Modify for Security {
 /// What each error status means here.
 fn status_description(status: u16) -> &'static str {
     match status {
-        400 => "Invalid request: a field's type or value, a body that is not a JSON object, a prompt longer than the context (`context_length_exceeded`), a grammar that does not compile",
+        400 => "Invalid request: a field's type or value, a body that is not a JSON object, a prompt longer than the context (`context_length_exceeded`), a grammar that does not compile, a path or query parameter that cannot be read",
         401 => "Missing or wrong API key (`invalid_api_key`)",
         403 => "Admin routes on a server started without an API key (`admin_disabled`)",
         404 => "No such model (`model_not_found`) or stored response (`response_not_found`)",
@@ -236,14 +236,14 @@ errors! {
     AnthropicCountErrors("AnthropicError"): [400, 401, 404, 408, 413, 415, 429, 500, 503];
     PostErrors("ErrorBody"): [400, 401, 404, 408, 413, 415, 429, 500, 503];
     AdminErrors("ErrorBody"): [400, 401, 403, 404, 408, 413, 415, 429, 500, 503];
-    StoredErrors("ErrorBody"): [401, 404, 429, 503];
+    StoredErrors("ErrorBody"): [400, 401, 404, 429, 503];
     PageErrors("ErrorBody"): [400, 401, 404, 429, 503];
     ReadErrors("ErrorBody"): [401, 429, 503];
-    ModelErrors("ErrorBody"): [401, 404, 429, 503];
+    ModelErrors("ErrorBody"): [400, 401, 404, 429, 503];
     FeedErrors("ErrorBody"): [400, 401, 429, 503];
     WebErrors("ErrorBody"): [500, 503];
     CapErrors("ErrorBody"): [503];
-    WebFileErrors("ErrorBody"): [404, 500, 503];
+    WebFileErrors("ErrorBody"): [400, 404, 500, 503];
 }
 
 // ---- hand-described schemas ------------------------------------------------
