@@ -251,8 +251,11 @@ impl From<GenerationError> for ApiError {
                 code: "invalid_grammar",
                 ..Self::invalid(e.to_string(), None)
             },
+            // The time allowed for the request (its own `timeout`, or
+            // `--request-timeout-s`) ran out: a 408, not a 5xx, which would
+            // tell clients and load balancers that the server failed.
             GenerationError::DeadlineExceeded(_) => ApiError {
-                status: StatusCode::GATEWAY_TIMEOUT,
+                status: StatusCode::REQUEST_TIMEOUT,
                 message: e.to_string(),
                 kind: "timeout_error",
                 param: None,

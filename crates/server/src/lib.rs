@@ -312,12 +312,38 @@ pub fn app(state: Shared) -> Router {
             body::read_body,
         ))
         .layer(axum::extract::DefaultBodyLimit::disable())
+        .layer(axum::middleware::from_fn(json_rejections))
         .layer(axum::middleware::from_fn(dialect::anthropic_errors))
         .with_state(state);
     match cors {
         Some(c) => router.layer(c),
         None => router,
     }
+}
+
+/// axum's own refusals of a path or query it cannot read (`Path`, `Query`)
+/// are plain text; every error leaves in the API's JSON shape instead,
+/// with the same status and axum's message.
+async fn json_rejections(req: Request, next: Next) -> Response {
+    let resp = next.run(req).await;
+    let plain = resp
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/plain"));
+    if !resp.status().is_client_error() || !plain {
+        return resp;
+    }
+    let status = resp.status();
+    let bytes = axum::body::to_bytes(resp.into_body(), 64 << 10)
+        .await
+        .unwrap_or_default();
+    let text = String::from_utf8_lossy(&bytes);
+    ApiError {
+        status,
+        ..ApiError::invalid(text.trim().to_string(), None)
+    }
+    .into_response()
 }
 
 /// CORS is off unless `--cors-origin` names origins: a web page on another

@@ -178,13 +178,12 @@ fn status_description(status: u16) -> &'static str {
         401 => "Missing or wrong API key (`invalid_api_key`)",
         403 => "Admin routes on a server started without an API key (`admin_disabled`)",
         404 => "No such model (`model_not_found`) or stored response (`response_not_found`)",
-        408 => "The body did not arrive within `--body-timeout-s` (`body_timeout`), or a streamed reader fell too far behind (`slow_reader`)",
+        408 => "The body did not arrive within `--body-timeout-s` (`body_timeout`), a streamed reader fell too far behind (`slow_reader`), or the time allowed for the request (its own `timeout`, or `--request-timeout-s`) ran out (`timeout`)",
         413 => "The body is larger than `--max-body-bytes` (`request_too_large`)",
         415 => "A POST body without `content-type: application/json` (`unsupported_media_type`)",
         429 => "The waiting queue is full (`queue_full`), a key's rate limit (`rate_limit_exceeded`) or too many open dashboard feeds (`too_many_feeds`)",
         500 => "An internal failure (`internal_error`)",
         503 => "Not ready, draining or stopped, a bounded pool full (`tokenizer_busy`, `grammar_busy`), a queue timeout, a model that failed or does not fit, or the connection cap",
-        504 => "The request's own `timeout` (or `--request-timeout-s`) passed before it finished (`timeout`)",
         _ => "An error",
     }
 }
@@ -231,8 +230,8 @@ macro_rules! errors {
 }
 
 errors! {
-    GenErrors("ErrorBody"): [400, 401, 404, 408, 413, 415, 429, 500, 503, 504];
-    AnthropicGenErrors("AnthropicError"): [400, 401, 404, 408, 413, 415, 429, 500, 503, 504];
+    GenErrors("ErrorBody"): [400, 401, 404, 408, 413, 415, 429, 500, 503];
+    AnthropicGenErrors("AnthropicError"): [400, 401, 404, 408, 413, 415, 429, 500, 503];
     AnthropicCountErrors("AnthropicError"): [400, 401, 404, 408, 413, 415, 429, 500, 503];
     PostErrors("ErrorBody"): [400, 401, 404, 408, 413, 415, 429, 500, 503];
     AdminErrors("ErrorBody"): [400, 401, 403, 404, 408, 413, 415, 429, 500, 503];
