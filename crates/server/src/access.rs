@@ -37,7 +37,8 @@ pub struct AccessArgs {
     #[arg(long, default_value_t = 0)]
     pub rate_limit_rpm: u32,
     /// Also serve /metrics, /health and /ready, without a key, on this
-    /// port of the same host (for scrapers and load balancers).
+    /// port of the same host (for scrapers and load balancers). Plain
+    /// HTTP even with --tls-cert: keep it on a private network.
     #[arg(long)]
     pub metrics_port: Option<u16>,
     /// Serve HTTPS: the certificate chain (PEM). Reloaded on SIGHUP.
