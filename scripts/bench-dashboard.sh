@@ -45,6 +45,7 @@ cleanup() {
   kill "$srv" 2>/dev/null || true; wait "$srv" 2>/dev/null || true
 }
 trap cleanup EXIT
+trap 'echo "$(date -u +%H:%M:%S) stopped by a signal" >&2; exit 143' TERM INT HUP
 for _ in $(seq 1 900); do curl -sf "$url/ready" >/dev/null 2>&1 && break; sleep 0.2; done
 curl -sf "$url/ready" >/dev/null || { echo "server not ready" >&2; exit 1; }
 
@@ -114,7 +115,7 @@ order() { case $(( ($1 - 1) % 3 )) in 0) echo none feed500 feed100 ;; 1) echo fe
 
 wait_quiet
 echo "$(date -u +%H:%M:%S) warm-up (not counted)" >&2
-"$bench" run --url "$url" --workload uniform-128 --concurrency 32 --conversations 32 --settle-s 3 \
+timeout "$run_timeout" "$bench" run --url "$url" --workload uniform-128 --concurrency 32 --conversations 32 --settle-s 3 \
   --out "$out/warmup.json" >>"$out/bench.log" 2>&1 || true
 for r in $(seq 1 "$rounds"); do
   for mode in $modes; do
