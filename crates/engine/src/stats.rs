@@ -217,6 +217,8 @@ pub struct EngineStats {
     /// How the model's memory holds a sequence: `attention`,
     /// `sliding_window`, `recurrent` or `hybrid` (`MemoryKind::name`).
     pub memory_kind: &'static str,
+    /// `EngineConfig::prefix_cache` (`vllm:cache_config_info`).
+    pub prefix_cache_enabled: bool,
     /// Sliding-window width (0: none, or kept whole with `--swa-full`).
     pub swa_window: u32,
     /// Bytes of the state that cannot be rewound, measured from llama.cpp at
@@ -254,6 +256,7 @@ impl EngineStats {
             slots_total: c.max_seqs,
             kv_cells_total: u64::from(c.ctx_per_seq) * c.max_seqs as u64,
             prompt_budget: c.prompt_budget,
+            prefix_cache_enabled: c.prefix_cache,
             ..Default::default()
         }
     }

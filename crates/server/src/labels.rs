@@ -1,5 +1,6 @@
 //! Several models' Prometheus text as one: every sample labelled with its
-//! model (`model="…"`; `""` for requests no model was found for), each
+//! model (`model="…"`; `""` for requests no model was found for; vLLM's
+//! label name, `model_name`, on the `vllm:*` series gateways read), each
 //! family's `# HELP`/`# TYPE` once and its samples together, as the text
 //! format requires.
 
@@ -18,9 +19,14 @@ fn escape(v: &str) -> String {
 }
 
 /// `metric{a="b"} v` → `metric{model="m",a="b"} v`; `metric v` →
-/// `metric{model="m"} v`.
+/// `metric{model="m"} v`; `vllm:x v` → `vllm:x{model_name="m"} v`.
 fn labelled(line: &str, model: &str) -> String {
-    let m = format!("model=\"{}\"", escape(model));
+    let key = if line.starts_with("vllm:") {
+        "model_name"
+    } else {
+        "model"
+    };
+    let m = format!("{key}=\"{}\"", escape(model));
     match (line.find('{'), line.find(' ')) {
         (Some(b), Some(sp)) if b < sp => {
             let rest = &line[b + 1..];
@@ -96,11 +102,13 @@ mod tests {
     #[test]
     fn families_stay_together_and_every_sample_has_its_model() {
         let a = "# HELP x_total X\n# TYPE x_total counter\nx_total 1\n# HELP h H\n# TYPE h histogram\nh_bucket{le=\"1\"} 2\nh_sum 3\n".to_string();
-        let b = "# HELP x_total X\n# TYPE x_total counter\nx_total 5\n".to_string();
+        let b =
+            "# HELP x_total X\n# TYPE x_total counter\nx_total 5\n# TYPE vllm:y gauge\nvllm:y 2\n"
+                .to_string();
         let out = merge(&[("a".into(), a), ("b\"".into(), b)]);
         assert_eq!(
             out,
-            "# HELP x_total X\n# TYPE x_total counter\nx_total{model=\"a\"} 1\nx_total{model=\"b\\\"\"} 5\n# HELP h H\n# TYPE h histogram\nh_bucket{model=\"a\",le=\"1\"} 2\nh_sum{model=\"a\"} 3\n"
+            "# HELP x_total X\n# TYPE x_total counter\nx_total{model=\"a\"} 1\nx_total{model=\"b\\\"\"} 5\n# HELP h H\n# TYPE h histogram\nh_bucket{model=\"a\",le=\"1\"} 2\nh_sum{model=\"a\"} 3\n# TYPE vllm:y gauge\nvllm:y{model_name=\"b\\\"\"} 2\n"
         );
     }
 }

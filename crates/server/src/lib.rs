@@ -16,6 +16,7 @@ mod dialect;
 mod embed;
 pub mod error;
 mod forcing;
+mod gateway;
 mod generate;
 mod introspect;
 mod labels;
@@ -250,11 +251,12 @@ pub async fn serve_forever(
     .await
 }
 
-/// `--metrics-port`: `/metrics`, `/health` and `/ready` without a key,
+/// `--metrics-port`: `/metrics`, `/get_load`, `/health` and `/ready` without a key,
 /// for scrapers and load balancers on a port the operator keeps private.
 pub fn metrics_app(state: Shared) -> Router {
     Router::new()
         .route("/metrics", get(metrics_text))
+        .route("/get_load", get(gateway::get_load))
         .route("/health", get(health))
         .route("/ready", get(ready))
         .fallback(|req: Request| async move { ApiError::not_found(req.uri().path()) })
@@ -288,6 +290,7 @@ pub fn app(state: Shared) -> Router {
         .route("/tokenize", post(introspect::tokenize))
         .route("/detokenize", post(introspect::detokenize))
         .route("/metrics", get(metrics_text))
+        .route("/get_load", get(gateway::get_load))
         .route("/debug/ledger", get(debug_ledger))
         .route("/debug/requests", get(debug_requests))
         .route("/dashboard/events", get(dashboard::events))
@@ -542,7 +545,9 @@ async fn metrics_text(State(s): State<Shared>) -> Response {
         metrics::render_phase(&mut b, &st, engine.drain_elapsed());
         metrics::render_ledger(&mut b, &engine.ledger());
         metrics::render_lora(&mut b, &st, engine.adapters().len());
-        metrics::render_http(&mut b, &s.model_metrics(name));
+        let http = s.model_metrics(name);
+        metrics::render_http(&mut b, &http);
+        metrics::render_vllm_latency(&mut b, &http);
         blocks.push((name.clone(), b));
     }
     for name in reg.names() {

@@ -182,15 +182,28 @@ fn engine_histograms(o: &mut String, e: &EngineStats) {
     }
 }
 
+/// `vllm:kv_cache_usage_perc`: the share of the KV pool that admitted
+/// requests hold or have reserved for their growth (`(used + reserved) /
+/// total`, at most 1). Cells kept only by the prefix cache are not counted:
+/// admission reclaims them, so a router should not steer away from them.
+pub fn kv_usage(e: &EngineStats) -> f64 {
+    if e.kv_cells_total == 0 {
+        return 0.0;
+    }
+    ((e.kv_cells_used + e.kv_cells_reserved) as f64 / e.kv_cells_total as f64).min(1.0)
+}
+
+/// The block size `vllm:cache_config_info` reports. Steward's cache is
+/// per token (a prefix is reused to the token); gateways size their prefix
+/// index from `num_gpu_blocks` and round block sizes up to 64, so the pool
+/// is described as blocks of 64 cells.
+pub const GATEWAY_BLOCK_SIZE: u64 = 64;
+
 /// One engine's metrics (its model label is added by `labels::merge`).
 pub fn render(e: &EngineStats, waiting: usize) -> String {
-    let kv_frac = if e.kv_cells_total > 0 {
-        e.kv_cells_used as f64 / e.kv_cells_total as f64
-    } else {
-        0.0
-    };
+    let kv_frac = kv_usage(e);
     // (name, help, type, value): every engine-side metric, declared here.
-    let engine: [(&str, &str, &str, f64); 61] = [
+    let engine: [(&str, &str, &str, f64); 62] = [
         (
             "steward_draining",
             "1 while draining for shutdown",
@@ -256,12 +269,6 @@ pub fn render(e: &EngineStats, waiting: usize) -> String {
             "1 once the model is loaded and warmed up",
             "gauge",
             f64::from(u8::from(e.ready)),
-        ),
-        (
-            "steward_model_load_seconds",
-            "Model load time",
-            "gauge",
-            e.load_ms / 1e3,
         ),
         (
             "steward_warmup_seconds",
@@ -542,15 +549,27 @@ pub fn render(e: &EngineStats, waiting: usize) -> String {
         ),
         (
             "vllm:gpu_cache_usage_perc",
-            "KV usage fraction (vLLM name)",
+            "KV cells held or reserved by admitted requests over all cells, 0..1; prefix-cache cells not counted (vLLM name)",
             "gauge",
             kv_frac,
         ),
         (
             "vllm:kv_cache_usage_perc",
-            "KV usage fraction (vLLM name)",
+            "KV cells held or reserved by admitted requests over all cells, 0..1; prefix-cache cells not counted (vLLM name)",
             "gauge",
             kv_frac,
+        ),
+        (
+            "vllm:prompt_tokens_total",
+            "Prompt tokens computed (vLLM name)",
+            "counter",
+            e.prompt_tokens_total as f64,
+        ),
+        (
+            "vllm:generation_tokens_total",
+            "Tokens generated (vLLM name)",
+            "counter",
+            e.generated_tokens_total as f64,
         ),
         ("steward_info", "Always 1", "gauge", 1.0),
     ];
@@ -635,6 +654,29 @@ pub fn render_http(o: &mut String, h: &HttpMetrics) {
     }
 }
 
+/// The HTTP side's latency histograms under vLLM's names (loaded models
+/// only): TTFT and end-to-end of finished requests, the gap between text
+/// chunks of streams.
+pub fn render_vllm_latency(o: &mut String, h: &HttpMetrics) {
+    if let Ok(m) = h.0.lock() {
+        m.ttft.render(
+            o,
+            "vllm:time_to_first_token_seconds",
+            "Arrival to first sampled token (vLLM name)",
+        );
+        m.itl.render(
+            o,
+            "vllm:inter_token_latency_seconds",
+            "Gap between text chunks sent to a streaming client (vLLM name)",
+        );
+        m.e2e.render(
+            o,
+            "vllm:e2e_request_latency_seconds",
+            "Arrival to retirement (vLLM name)",
+        );
+    }
+}
+
 /// Every ledger term as a gauge, `steward_memory_bytes{term=...}`.
 pub fn render_ledger(o: &mut String, l: &steward_engine::memory::Ledger) {
     let _ = writeln!(o, "# HELP steward_memory_bytes Memory ledger terms (they add up to term=\"rss\")\n# TYPE steward_memory_bytes gauge");
@@ -701,8 +743,9 @@ pub fn render_phase(o: &mut String, e: &EngineStats, drain: Option<std::time::Du
     );
     let _ = writeln!(
         o,
-        "# HELP vllm:cache_config_info KV cache layout (vLLM name; one cell per block)\n# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{{block_size=\"1\",num_gpu_blocks=\"{}\"}} 1",
-        e.kv_cells_total
+        "# HELP vllm:cache_config_info KV cache layout (vLLM name; the per-token pool as blocks of {GATEWAY_BLOCK_SIZE} cells)\n# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{{block_size=\"{GATEWAY_BLOCK_SIZE}\",num_gpu_blocks=\"{}\",enable_prefix_caching=\"{}\"}} 1",
+        e.kv_cells_total.div_ceil(GATEWAY_BLOCK_SIZE),
+        if e.prefix_cache_enabled { "True" } else { "False" }
     );
 }
 

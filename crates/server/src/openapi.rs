@@ -110,6 +110,7 @@ under `/v1/messages`, which answers Anthropic's `{\"type\": \"error\", \"error\"
         tokenize,
         detokenize,
         metrics,
+        get_load,
         debug_ledger,
         debug_requests,
         dashboard_events,
@@ -299,6 +300,7 @@ hand_types!(
     MetricsText,
     Ledger,
     LiveRequests,
+    Load,
     DashboardStream,
     Health,
     HealthFailed,
@@ -590,6 +592,22 @@ fn hand_schemas() -> Vec<(&'static str, Value)> {
             })),
             false,
         )),
+        ("Load", obj(&["load", "num_reqs", "num_waiting_reqs", "num_tokens", "models"], json!({
+            "load": count(),
+            "num_reqs": count(),
+            "num_waiting_reqs": count(),
+            "num_tokens": count(),
+            "models": {"type": "object", "additionalProperties": obj(
+                &["load", "num_reqs", "num_waiting_reqs", "num_tokens", "max_seqs"],
+                json!({
+                    "load": count(),
+                    "num_reqs": count(),
+                    "num_waiting_reqs": count(),
+                    "num_tokens": count(),
+                    "max_seqs": count(),
+                }),
+            )},
+        }))),
         ("Health", obj(&["status"], json!({"status": {"enum": ["ok", "failed"]}}))),
         ("HealthFailed", json!({"anyOf": [{"$ref": "#/components/schemas/Health"}, {"$ref": "#/components/schemas/ErrorBody"}]})),
         ("NotReady", json!({"anyOf": [{"$ref": "#/components/schemas/Ready"}, {"$ref": "#/components/schemas/ErrorBody"}]})),
@@ -1346,6 +1364,15 @@ fn detokenize() {}
 )]
 #[allow(dead_code)]
 fn metrics() {}
+
+#[utoipa::path(
+    get, path = "/get_load", tag = "operations",
+    summary = "Load for routers (SGLang's and the vLLM Router's `load`): running + waiting, summed and per model (also on `--metrics-port`)",
+    responses((status = 200, description = "The load", body = Load), ReadErrors),
+    security(("bearerAuth" = []), ("apiKey" = []))
+)]
+#[allow(dead_code)]
+fn get_load() {}
 
 #[utoipa::path(
     get, path = "/debug/ledger", tag = "operations",

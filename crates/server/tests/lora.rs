@@ -227,7 +227,7 @@ async fn lora_adapters_on_the_default_model() {
     assert_eq!(card["adapter"]["id"], 0);
     let m = s.get_text("/metrics").await;
     assert!(
-        m.contains("vllm:lora_requests_info{model=\"smol\",max_lora=\"2\""),
+        m.contains("vllm:lora_requests_info{model_name=\"smol\",max_lora=\"2\""),
         "{m}"
     );
 

@@ -35,6 +35,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("post", "/tokenize"),
     ("post", "/detokenize"),
     ("get", "/metrics"),
+    ("get", "/get_load"),
     ("get", "/debug/ledger"),
     ("get", "/debug/requests"),
     ("get", "/dashboard/events"),

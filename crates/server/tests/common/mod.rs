@@ -191,16 +191,19 @@ impl Server {
     }
 }
 
-/// A metrics line without the test model's label (`model="smol"`), as
+/// A metrics line without the test model's label (`model="smol"`, or
+/// `model_name="smol"` on `vllm:*` series), as
 /// it read with one model (whatever its name).
 pub fn unlabel(line: &str) -> String {
-    let Some(at) = line.find("model=\"") else {
+    let (at, key) = match (line.find("model=\""), line.find("model_name=\"")) {
+        (Some(at), _) => (at, 7),
+        (None, Some(at)) => (at, 12),
+        _ => return line.to_string(),
+    };
+    let Some(len) = line[at + key..].find('"') else {
         return line.to_string();
     };
-    let Some(len) = line[at + 7..].find('"') else {
-        return line.to_string();
-    };
-    let end = at + 7 + len + 1;
+    let end = at + key + len + 1;
     if line[..at].ends_with('{') && line[end..].starts_with('}') {
         format!("{}{}", &line[..at - 1], &line[end + 1..])
     } else if line[end..].starts_with(',') {
