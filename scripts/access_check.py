@@ -8,6 +8,7 @@ Usage: python access_check.py STEWARD_BINARY
 """
 
 import hashlib
+import json
 import os
 import signal
 import socket
@@ -117,6 +118,15 @@ def run(proc, port, mport, d, cert, key, keys):
     # --metrics-port: no key needed there; the API port still wants one.
     st, _, body = get(f"http://127.0.0.1:{mport}/metrics")
     ok(st == 200 and "steward_api_keys 2" in body, "metrics port answers /metrics without a key")
+    # The scrape as a gateway reads it: prometheus_client's parser takes the
+    # whole text, and every vllm:* sample names its model (model_name).
+    from prometheus_client.parser import text_string_to_metric_families
+    fams = list(text_string_to_metric_families(body))
+    vllm = [smp for f in fams if f.name.startswith("vllm:") for smp in f.samples]
+    ok(len(vllm) >= 8 and all(smp.labels.get("model_name") == "smol" for smp in vllm),
+       f"metrics port: {len(fams)} families parse, {len(vllm)} vllm:* samples, each with model_name")
+    st, _, body = get(f"http://127.0.0.1:{mport}/get_load")
+    ok(st == 200 and json.loads(body)["load"] == 0, "metrics port answers /get_load without a key")
     ok(get(f"http://127.0.0.1:{mport}/v1/models")[0] == 404, "metrics port serves no API routes")
     ok(get(f"https://localhost:{port}/metrics", ctx=tls)[0] == 401, "API port's /metrics wants a key")
 
