@@ -19,6 +19,8 @@ venv="$root/target/pyenv"
   'openai>=1.66,<3' 'anthropic>=0.40,<1' 'prometheus-client>=0.17' 'jsonschema>=4' httpx
 # Debian's Chromium and the pinned Playwright (scripts/browser_check.sh).
 ./scripts/browser_check.sh --install-only
+# The vLLM Router (scripts/router_check.sh).
+./scripts/router_check.sh --install-only
 # schemathesis (scripts/schemathesis_check.sh).
 [ -x scripts/schemathesis_check.sh ] && ./scripts/schemathesis_check.sh --install-only
 echo "prefetch: done"

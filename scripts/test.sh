@@ -5,7 +5,7 @@
 # scripts/gen-template-ggufs.sh; the templates are fetched from PyPI's
 # llama-cpp-python 0.3.36 source package, never kept here), the official OpenAI,
 # Anthropic Python clients against a live server, access (TLS, keys, rate
-# limits), the web pages in Chromium, schemathesis against /openapi.json, and
+# limits), two replicas behind the vLLM Router, the web pages in Chromium, schemathesis against /openapi.json, and
 # every fuzz target briefly (FUZZ_SECONDS each, default 20). Fetches the models
 # when missing; downloads run beside the compile (scripts/prefetch.sh). Each
 # phase prints the seconds since the start.
@@ -62,6 +62,8 @@ phase "anthropic and openai Python clients: Messages, Responses, embeddings, rer
 ./scripts/agent_api_check.sh
 phase "access: TLS, key file and SIGHUP, rate limits, metrics port (scripts/access_check.py)"
 target/pyenv/bin/python scripts/access_check.py target/release/steward
+phase "two replicas behind the vLLM Router: cache_aware, power_of_two, round_robin, a drain, a kill (scripts/router_check.sh)"
+./scripts/router_check.sh
 phase "web chat and dashboard in Chromium (scripts/browser_check.sh)"
 ./scripts/browser_check.sh --shots target/browser-shots
 phase "schemathesis against /openapi.json (scripts/schemathesis_check.sh)"
