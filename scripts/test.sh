@@ -64,6 +64,8 @@ phase "access: TLS, key file and SIGHUP, rate limits, metrics port (scripts/acce
 target/pyenv/bin/python scripts/access_check.py target/release/steward
 phase "two replicas behind the vLLM Router: cache_aware, power_of_two, round_robin, a drain, a kill (scripts/router_check.sh)"
 ./scripts/router_check.sh
+phase "Kubernetes manifests in deploy/, offline (scripts/deploy_check.py)"
+target/pyenv/bin/python scripts/deploy_check.py target/pyenv/bin/kubernetes-validate
 phase "web chat and dashboard in Chromium (scripts/browser_check.sh)"
 ./scripts/browser_check.sh --shots target/browser-shots
 phase "schemathesis against /openapi.json (scripts/schemathesis_check.sh)"
