@@ -10,8 +10,10 @@ pub mod chat;
 pub mod constraint;
 pub mod core;
 pub mod detok;
+pub mod fatal;
 pub mod fetch;
 pub mod identity;
+pub mod kvevents;
 pub mod literal;
 pub mod memory;
 pub mod model;
@@ -154,6 +156,9 @@ pub struct EngineConfig {
     /// With traffic of several adapter sets, steps a set keeps before the
     /// next set's turn (`core/adapters.rs`).
     pub adapter_slice: usize,
+    /// Publish KV-cache block events here (`crate::kvevents`; full
+    /// attention models only).
+    pub kv_events: Option<kvevents::KvSink>,
 }
 
 /// A LoRA adapter to load: its name (clients ask for `model:name`), its
@@ -236,6 +241,7 @@ impl EngineConfig {
             chat_template: None,
             adapters: Vec::new(),
             adapter_slice: 4,
+            kv_events: None,
         }
     }
 }

@@ -24,6 +24,7 @@ use llama_cpp_2::token::LlamaToken;
 
 mod embed;
 mod lora;
+pub mod rpc;
 mod state;
 pub use embed::{EmbedParams, EmbedRuntime, Pooling};
 pub use state::MemoryKind;
@@ -43,6 +44,9 @@ pub enum LoadError {
     LoadFailed(String),
     #[error("llama.cpp backend init failed: {0}")]
     Backend(String),
+    /// An RPC worker (`--rpc`) cannot be used.
+    #[error("{0}")]
+    Rpc(String),
     #[error("could not create a llama context: {0}")]
     Context(String),
     #[error("{0}")]

@@ -140,8 +140,18 @@ impl RequestStream {
 
     /// Next event; `None` only if the engine vanished without a terminal
     /// event (it never does on purpose).
+    /// A lost runtime (see [`crate::fatal`]) ends it with an error.
     pub async fn next(&mut self) -> Option<Event> {
-        let ev = self.rx.recv().await;
+        if self.ended {
+            return None;
+        }
+        let ev = tokio::select! {
+            biased;
+            ev = self.rx.recv() => ev,
+            why = crate::fatal::lost() => Some(Event::Error(GenerationError::Runtime(format!(
+                "the model runtime was lost ({why}); the server is exiting"
+            )))),
+        };
         if matches!(ev, Some(Event::Done(_) | Event::Error(_)) | None) {
             self.ended = true;
         }

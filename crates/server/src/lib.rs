@@ -19,6 +19,7 @@ mod forcing;
 mod gateway;
 mod generate;
 mod introspect;
+pub mod kvevents;
 mod labels;
 pub mod limits;
 pub mod logprobs;
@@ -388,6 +389,9 @@ fn cors_layer(origins: &[String]) -> Option<tower_http::cors::CorsLayer> {
 /// panic on the owner thread): an orchestrator then restarts the process,
 /// which `serve` also ends itself.
 async fn health(State(s): State<Shared>) -> Response {
+    if let Some(why) = steward_engine::fatal::runtime_lost() {
+        return lost(why);
+    }
     match s.engine() {
         Some(e) if e.stats().failed => (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -441,7 +445,19 @@ async fn auth(State(s): State<Shared>, req: Request, next: Next) -> Response {
     r
 }
 
+/// 503 once the runtime is lost (a dead RPC worker): the process is exiting.
+fn lost(why: &str) -> Response {
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        Json(json!({"status": "failed", "reason": why})),
+    )
+        .into_response()
+}
+
 async fn ready(State(s): State<Shared>) -> Response {
+    if let Some(why) = steward_engine::fatal::runtime_lost() {
+        return lost(why);
+    }
     let Some(engine) = s.engine() else {
         return (
             StatusCode::SERVICE_UNAVAILABLE,

@@ -10,6 +10,7 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use steward_engine::EngineConfig;
 
+mod rpc_cli;
 mod serve_models;
 mod tools_cli;
 use tools_cli::{bench_runtime, convert, BenchRuntimeArgs, ConvertArgs};
@@ -36,6 +37,9 @@ enum Cmd {
     BenchRuntime(BenchRuntimeArgs),
     /// Rewrite a GGUF's weights in another format (llama.cpp's quantizer).
     Convert(ConvertArgs),
+    /// Expose this machine's devices to a `serve --rpc` elsewhere
+    /// (llama.cpp's RPC backend; no authentication: loopback by default).
+    RpcWorker(rpc_cli::RpcWorkerArgs),
 }
 
 #[derive(Args)]
@@ -62,6 +66,13 @@ pub(crate) struct ModelArgs {
     /// is found is a startup error, never a silent CPU run.
     #[arg(long)]
     gpu_layers: Option<u32>,
+    /// RPC workers (`steward rpc-worker`) to split the model across,
+    /// `host:port,…`: their devices count as GPUs (layers placed by the
+    /// memory each reports). The RPC protocol has no authentication: keep
+    /// workers on loopback or a private network. A worker lost mid-run ends
+    /// every request with an error and the process exits (status 70).
+    #[arg(long, value_delimiter = ',')]
+    rpc: Vec<String>,
     /// Weight format for the default model (ignored with --model): `q8_0`
     /// (converted once from the shipped Q4_1 and cached beside it: same
     /// quality, faster kernels on x86 — see docs/BENCHMARKS.md), `q4_0`
@@ -83,6 +94,8 @@ struct ServeArgs {
     api_key: Option<String>,
     #[command(flatten)]
     access: steward_server::access::AccessArgs,
+    #[command(flatten)]
+    kv_events: steward_server::kvevents::KvEventArgs,
     /// Name clients use in the `model` field (default: the file's stem).
     #[arg(long)]
     served_model_name: Option<String>,
@@ -401,6 +414,7 @@ fn default_served_model(m: &ModelArgs) -> anyhow::Result<PathBuf> {
         model: Vec::new(),
         threads: m.threads,
         gpu_layers: m.gpu_layers,
+        rpc: m.rpc.clone(),
         default_format: m.default_format.clone(),
     })
 }
@@ -458,6 +472,7 @@ fn main() {
             .map_err(Into::into),
         Cmd::BenchRuntime(a) => bench_runtime(a),
         Cmd::Convert(a) => convert(a),
+        Cmd::RpcWorker(a) => rpc_cli::rpc_worker(a),
     };
     if let Err(e) = r {
         eprintln!("steward: error: {e:#}");
@@ -480,9 +495,12 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
     }
     c.max_seqs = a.max_seqs;
     c.ctx_per_seq = a.ctx_per_seq.max(16);
+    rpc_cli::setup(&a.model.rpc)?;
     c.n_gpu_layers = gpu_layers(a.model.gpu_layers)?;
-    // Scheduler defaults by where the model runs (each flag overrides).
-    let gpu = c.n_gpu_layers > 0;
+    // Scheduler defaults by where the model runs (each flag overrides):
+    // RPC workers are placed like GPUs but are scheduled as the CPUs they
+    // usually are, unless this machine has a GPU of its own.
+    let gpu = c.n_gpu_layers > 0 && steward_engine::model::rpc::local_gpu_count()? > 0;
     c.prompt_budget = a
         .prompt_budget
         .unwrap_or(if gpu { 8192 } else { 256 })
@@ -595,7 +613,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
     c.chat_template = a.chat_template.as_deref().map(template_flag).transpose()?;
     c.progress = true;
     c.adapter_slice = a.adapter_slice.max(1);
-    let specs = serve_models::specs(
+    let mut specs = serve_models::specs(
         &serve_models::ModelFlags {
             models: &a.model.model,
             hf: &a.hf,
@@ -607,6 +625,10 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
         a.served_model_name.as_deref(),
         || default_served_model(&a.model),
     )?;
+    let mut kv_events = steward_server::kvevents::KvEvents::new(&a.kv_events);
+    for s in specs.iter_mut() {
+        s.config.kv_events = kv_events.as_ref().map(|k| k.sink(&s.name));
+    }
     let mut hub = steward_hub::HubOptions::from_env();
     hub.progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let registry = steward_registry::Registry::new(
@@ -630,6 +652,9 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
         let sndbuf = (a.tcp_send_buffer > 0).then_some(a.tcp_send_buffer);
         let listener = steward_server::bind(addr, sndbuf)
             .with_context(|| format!("cannot listen on {addr}"))?;
+        if let Some(k) = kv_events.as_mut() {
+            k.start().await?;
+        }
         // Serve at once: /health answers and /ready says "loading" while the
         // model loads and warms up.
         let state = steward_server::AppState::with_options(options);

@@ -67,6 +67,7 @@ pub struct BenchRuntimeArgs {
 
 pub fn bench_runtime(a: BenchRuntimeArgs) -> anyhow::Result<()> {
     let path = resolve_served_model(&a.model)?;
+    crate::rpc_cli::setup(&a.model.rpc)?;
     let model = LoadedModel::load(&path, false, gpu_layers(a.model.gpu_layers)?)?;
     let n_threads = threads(a.model.threads);
     let parallel = a.parallel.max(1);

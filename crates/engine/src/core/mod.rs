@@ -24,6 +24,8 @@ pub mod embed;
 #[cfg(test)]
 mod fake;
 mod faults;
+mod kvblocks;
+mod kvpublish;
 pub(crate) mod memstate;
 pub mod prefix;
 mod reap;
@@ -136,6 +138,8 @@ pub(crate) struct Owner<B: Backend> {
     /// What every slot's KV cells hold, shared cells once (`core/trie.rs`):
     /// the ledger's `held` and the evictions' order come from it.
     cells: trie::CellTrie,
+    /// KV events out (`--kv-events`; `core/kvpublish.rs`).
+    kv: Option<kvpublish::KvOut>,
     /// What slots hold beyond their cells' tokens, per layer kind (the
     /// sliding window's lowest position, checkpoints): `core/memstate.rs`.
     memory: memstate::SlotMemory,
@@ -223,7 +227,20 @@ impl<B: Backend> Owner<B> {
             memory: memstate::SlotMemory::new(kind, c.max_seqs, c.checkpoint_bytes),
             prefix_key: args.prefix_key,
             pinned: Vec::new(),
-            cells: trie::CellTrie::new(c.kv_unified),
+            cells: {
+                let mut t = trie::CellTrie::new(c.kv_unified);
+                // Blocks are only meaningful where cells are reusable at
+                // any length (full attention).
+                if c.kv_events.is_some() && kind == MemoryKind::Attention {
+                    t.track_blocks();
+                }
+                t
+            },
+            kv: c
+                .kv_events
+                .clone()
+                .filter(|_| kind == MemoryKind::Attention)
+                .map(|s| kvpublish::KvOut::new(s, c.n_gpu_layers > 0)),
             n_batch: runtime_params(&c).n_batch as usize,
             suspects: Vec::new(),
             adapters: args.adapters,
@@ -252,6 +269,7 @@ impl<B: Backend> Owner<B> {
             self.last_done = None;
         }
         self.publish(step);
+        self.emit_kv_events();
         let ms = |a: Instant, b: Instant| b.saturating_duration_since(a).as_secs_f64() * 1e3;
         tracing::trace!(
             intake_ms = ms(t0, t1),
@@ -828,6 +846,7 @@ impl<B: Backend> Owner<B> {
             }
         }
         self.stats.send_modify(|s| s.stopped = true);
+        self.kv_stopped();
         tracing::info!("engine stopped");
     }
 }

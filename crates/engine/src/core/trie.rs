@@ -27,7 +27,9 @@
 
 use std::collections::{BTreeMap, HashSet};
 
+use super::kvblocks::BlockTracker;
 use super::prefix::{common_prefix, PrefixKey};
+use crate::kvevents::{KvEvent, BLOCK_TOKENS};
 use crate::model::TokenId;
 
 const NONE: usize = usize::MAX;
@@ -63,6 +65,8 @@ pub(super) struct CellTrie {
     /// Copies share cells (unified KV pool) or duplicate them.
     share: bool,
     cells: u64,
+    /// Full blocks for KV events (`--kv-events`; None: not tracked).
+    blocks: Option<BlockTracker>,
 }
 
 impl CellTrie {
@@ -74,7 +78,41 @@ impl CellTrie {
             paths: BTreeMap::new(),
             share,
             cells: 0,
+            blocks: None,
         }
+    }
+
+    /// Track full blocks from now on (the cell map must be empty).
+    pub fn track_blocks(&mut self) {
+        debug_assert!(self.paths.is_empty());
+        self.blocks = Some(BlockTracker::default());
+    }
+
+    /// Block events since the last call (empty when not tracked).
+    pub fn take_block_events(&mut self) -> Vec<KvEvent> {
+        self.blocks
+            .as_mut()
+            .map(|b| b.take_events())
+            .unwrap_or_default()
+    }
+
+    /// `Cleared`, then every block held (a resync).
+    pub fn block_snapshot(&mut self) -> Vec<KvEvent> {
+        let Some(mut b) = self.blocks.take() else {
+            return Vec::new();
+        };
+        let ev = b.snapshot(|s| self.tokens(s));
+        self.blocks = Some(b);
+        ev
+    }
+
+    /// A slot's tokens from the block boundary at or before `len` to `len`.
+    fn block_tail(&self, slot: usize, len: usize) -> Vec<TokenId> {
+        if self.blocks.is_none() || len % BLOCK_TOKENS == 0 {
+            return Vec::new();
+        }
+        let t = self.tokens(slot);
+        t[(len / BLOCK_TOKENS) * BLOCK_TOKENS..len.min(t.len())].to_vec()
     }
 
     /// Cells held, each counted once.
@@ -173,6 +211,9 @@ impl CellTrie {
         if tokens.is_empty() {
             return;
         }
+        if let Some(b) = &mut self.blocks {
+            b.extend(slot, key, tokens);
+        }
         let (end, len) = match self.paths.get(&slot) {
             Some(p) => {
                 debug_assert!(p.key == key, "a slot's cells are under one key");
@@ -259,6 +300,10 @@ impl CellTrie {
         if len >= p.len {
             return;
         }
+        let tail = self.block_tail(slot, len);
+        if let Some(b) = &mut self.blocks {
+            b.truncate(slot, len, &tail);
+        }
         let mut end = p.end;
         while self.nodes[end].parent != NONE && self.nodes[end].start >= len {
             let parent = self.nodes[end].parent;
@@ -303,6 +348,10 @@ impl CellTrie {
             let tokens = self.tokens(src);
             self.extend(dst, p.key, &tokens[..len], tick);
             return;
+        }
+        let tail = self.block_tail(src, len);
+        if let Some(b) = &mut self.blocks {
+            b.copy(src, dst, len, &tail);
         }
         let mut n = p.end;
         while self.nodes[n].start >= len {
@@ -590,5 +639,95 @@ mod tests {
         assert_eq!(t.tokens(0).last(), Some(&80));
         assert_eq!(t.tokens(1).last(), Some(&70));
         assert_eq!(t.cells(), 10);
+    }
+
+    /// The tracker's blocks, the blocks recomputed from every slot's
+    /// tokens, and the set a subscriber rebuilds from the events: all equal
+    /// after any sequence of extends, truncations, copies and clears.
+    #[test]
+    fn kv_block_events_follow_the_cell_map() {
+        use crate::kvevents::{block_hash, KvEvent, BLOCK_TOKENS};
+        use std::collections::HashSet;
+        for share in [false, true] {
+            let mut t = CellTrie::new(share);
+            t.track_blocks();
+            let mut seen: HashSet<u64> = HashSet::new();
+            let mut rng = 0x9e3779b97f4a7c15u64;
+            let mut next = |m: u64| {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                rng % m
+            };
+            for tick in 0..4000u64 {
+                let slot = next(4) as usize;
+                match next(10) {
+                    0..=5 => {
+                        let n = 1 + next(90) as usize;
+                        // Few distinct token values: slots share prefixes.
+                        let toks: Vec<TokenId> = (0..n).map(|_| next(2) as TokenId).collect();
+                        let k = key(1 + (slot as u64 % 2));
+                        if t.paths.get(&slot).is_none_or(|p| p.key == k) {
+                            t.extend(slot, k, &toks, tick);
+                        }
+                    }
+                    6 | 7 => {
+                        let len = next(t.len(slot) as u64 + 1) as usize;
+                        t.truncate(slot, len);
+                    }
+                    8 => {
+                        let dst = next(4) as usize;
+                        if dst != slot && t.len(dst) == 0 {
+                            let len = next(t.len(slot) as u64 + 1) as usize;
+                            t.copy(slot, dst, len, tick);
+                        }
+                    }
+                    _ => t.clear(slot),
+                }
+                for e in t.take_block_events() {
+                    match e {
+                        KvEvent::Stored {
+                            hashes,
+                            parent,
+                            tokens,
+                            ..
+                        } => {
+                            assert_eq!(tokens.len(), hashes.len() * BLOCK_TOKENS);
+                            if let Some(p) = parent {
+                                assert!(seen.contains(&p), "a parent is stored before its child");
+                            }
+                            for h in hashes {
+                                assert!(seen.insert(h), "stored twice without a removal");
+                            }
+                        }
+                        KvEvent::Removed { hashes } => {
+                            for h in hashes {
+                                assert!(seen.remove(&h), "removed without being stored");
+                            }
+                        }
+                        KvEvent::Cleared => seen.clear(),
+                    }
+                }
+                let mut want = HashSet::new();
+                for (&s, p) in &t.paths {
+                    let toks = t.tokens(s);
+                    let mut parent = 0;
+                    for b in toks.chunks_exact(BLOCK_TOKENS) {
+                        parent = block_hash(parent, &p.key, b);
+                        want.insert(parent);
+                    }
+                }
+                assert_eq!(t.blocks.as_ref().unwrap().blocks(), want, "tick {tick}");
+                assert_eq!(seen, want, "tick {tick}: the subscriber's view");
+            }
+            // A resync rebuilds the same set from nothing.
+            let mut again = HashSet::new();
+            for e in t.block_snapshot() {
+                if let KvEvent::Stored { hashes, .. } = e {
+                    again.extend(hashes);
+                }
+            }
+            assert_eq!(again, seen);
+        }
     }
 }
