@@ -17,7 +17,7 @@ venv="$root/target/pyenv"
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 "$venv/bin/pip" install --quiet --disable-pip-version-check numpy gguf safetensors tokenizers \
   'openai>=1.66,<3' 'anthropic>=0.40,<1' 'prometheus-client>=0.17' 'jsonschema>=4' httpx \
-  pyyaml 'kubernetes-validate==1.37.0'
+  pyyaml 'kubernetes-validate==1.37.0' 'pyzmq>=25' 'msgpack>=1'
 # Debian's Chromium and the pinned Playwright (scripts/browser_check.sh).
 ./scripts/browser_check.sh --install-only
 # The vLLM Router (scripts/router_check.sh).

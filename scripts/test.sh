@@ -5,7 +5,8 @@
 # scripts/gen-template-ggufs.sh; the templates are fetched from PyPI's
 # llama-cpp-python 0.3.36 source package, never kept here), the official OpenAI,
 # Anthropic Python clients against a live server, access (TLS, keys, rate
-# limits), two replicas behind the vLLM Router, the web pages in Chromium, schemathesis against /openapi.json, and
+# limits), two replicas behind the vLLM Router, KV events, one model over RPC
+# workers, the web pages in Chromium, schemathesis against /openapi.json, and
 # every fuzz target briefly (FUZZ_SECONDS each, default 20). Fetches the models
 # when missing; downloads run beside the compile (scripts/prefetch.sh). Each
 # phase prints the seconds since the start.
@@ -64,6 +65,10 @@ phase "access: TLS, key file and SIGHUP, rate limits, metrics port (scripts/acce
 target/pyenv/bin/python scripts/access_check.py target/release/steward
 phase "two replicas behind the vLLM Router: cache_aware, power_of_two, round_robin, a drain, a kill (scripts/router_check.sh)"
 ./scripts/router_check.sh
+phase "KV-cache events over ZeroMQ against the cell map (scripts/kv_events_check.py)"
+target/pyenv/bin/python scripts/kv_events_check.py target/release/steward
+phase "one model across two RPC workers: greedy equals local, a killed worker (scripts/rpc_check.py)"
+python3 scripts/rpc_check.py target/release/steward
 phase "Kubernetes manifests in deploy/, offline (scripts/deploy_check.py)"
 target/pyenv/bin/python scripts/deploy_check.py target/pyenv/bin/kubernetes-validate
 phase "web chat and dashboard in Chromium (scripts/browser_check.sh)"

@@ -303,6 +303,18 @@ pub(crate) enum Command {
     ),
     /// Embed (or score) tokenized inputs: embedding models only.
     Embed(Box<core::embed::EmbedSubmission>),
+    /// Every slot's tokens in the cell map (`/debug/cells`).
+    CellMap(tokio::sync::oneshot::Sender<Vec<CellSlot>>),
+}
+
+/// One slot of the cell map (`EngineHandle::cell_map`).
+#[derive(Debug, Clone)]
+pub struct CellSlot {
+    pub slot: usize,
+    /// The prefix identity its cells were computed under (model, adapters,
+    /// media hashes): part of every KV event block hash.
+    pub key: [u64; 3],
+    pub tokens: Vec<TokenId>,
 }
 
 /// What happens to a request whose client reads slower than it generates.
@@ -585,6 +597,17 @@ impl EngineHandle {
             .map_err(|_| "the engine is not running".to_string())?;
         rx.await
             .map_err(|_| "the engine stopped before loading the adapter".to_string())?
+    }
+    /// What every slot's KV cells hold, from the owner.
+    pub async fn cell_map(&self) -> Result<Vec<CellSlot>, String> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.shared
+            .inbox
+            .send(Command::CellMap(tx))
+            .await
+            .map_err(|_| "the engine is not running".to_string())?;
+        rx.await
+            .map_err(|_| "the engine stopped before answering".to_string())
     }
     pub fn identity(&self) -> &ModelIdentity {
         &self.shared.identity

@@ -294,6 +294,7 @@ pub fn app(state: Shared) -> Router {
         .route("/get_load", get(gateway::get_load))
         .route("/debug/ledger", get(debug_ledger))
         .route("/debug/requests", get(debug_requests))
+        .route("/debug/cells", get(debug_cells))
         .route("/dashboard/events", get(dashboard::events))
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), auth));
     let cors = cors_layer(&state.cors_origins);
@@ -543,6 +544,25 @@ async fn debug_requests(State(s): State<Shared>) -> Result<Json<serde_json::Valu
         }
     }
     Ok(Json(json!({ "requests": live })))
+}
+
+/// Every loaded model's cell map: what each slot's KV cells hold (token
+/// IDs from position 0), and the block size of `--kv-events`.
+async fn debug_cells(State(s): State<Shared>) -> Result<Json<serde_json::Value>, ApiError> {
+    let reg = s.registry()?;
+    let mut models = serde_json::Map::new();
+    for (name, e) in reg.loaded() {
+        let cells = e.cell_map().await.map_err(ApiError::internal)?;
+        let slots: Vec<_> = cells
+            .into_iter()
+            .map(|c| json!({"slot": c.slot, "key": c.key, "tokens": c.tokens}))
+            .collect();
+        models.insert(name, json!({ "slots": slots }));
+    }
+    Ok(Json(json!({
+        "block_tokens": steward_engine::kvevents::BLOCK_TOKENS,
+        "models": models,
+    })))
 }
 
 /// Every loaded model's engine and HTTP metrics labelled with the model,

@@ -113,6 +113,7 @@ under `/v1/messages`, which answers Anthropic's `{\"type\": \"error\", \"error\"
         get_load,
         debug_ledger,
         debug_requests,
+        debug_cells,
         dashboard_events,
         health,
         ready,
@@ -300,6 +301,7 @@ hand_types!(
     MetricsText,
     Ledger,
     LiveRequests,
+    CellMap,
     Load,
     DashboardStream,
     Health,
@@ -567,6 +569,16 @@ fn hand_schemas() -> Vec<(&'static str, Value)> {
         }))),
         ("MetricsText", json!({"type": "string", "description": "Prometheus text exposition (version 0.0.4); every sample of a model labelled `model=\"…\"`"})),
         ("Ledger", ledger()),
+        ("CellMap", obj(&["block_tokens", "models"], json!({
+            "block_tokens": count(),
+            "models": {"type": "object", "description": "Per loaded model", "additionalProperties": obj(&["slots"], json!({
+                "slots": {"type": "array", "items": obj(&["slot", "key", "tokens"], json!({
+                    "slot": count(),
+                    "key": {"type": "array", "items": count(), "minItems": 3, "maxItems": 3, "description": "The prefix identity (model, adapters, media hashes) the cells were computed under"},
+                    "tokens": {"type": "array", "items": {"type": "integer"}, "description": "Token IDs in the slot's KV cells, positions 0.."},
+                }))},
+            }))},
+        }))),
         ("LiveRequests", obj(&["requests"], json!({"requests": {"type": "array", "items": obj(
             &["id", "state", "prompt_tokens", "prompt_computed", "generated", "age_ms", "model"],
             json!({
@@ -1391,6 +1403,15 @@ fn debug_ledger() {}
 )]
 #[allow(dead_code)]
 fn debug_requests() {}
+
+#[utoipa::path(
+    get, path = "/debug/cells", tag = "operations",
+    summary = "Every loaded model's cell map: the tokens each slot's KV cells hold",
+    responses((status = 200, description = "The cell maps", body = CellMap), ReadErrors),
+    security(("bearerAuth" = []), ("apiKey" = []))
+)]
+#[allow(dead_code)]
+fn debug_cells() {}
 
 #[utoipa::path(
     get, path = "/dashboard/events", tag = "operations",

@@ -38,6 +38,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("get", "/get_load"),
     ("get", "/debug/ledger"),
     ("get", "/debug/requests"),
+    ("get", "/debug/cells"),
     ("get", "/dashboard/events"),
     ("get", "/health"),
     ("get", "/ready"),

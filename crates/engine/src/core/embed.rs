@@ -159,6 +159,9 @@ impl<B: EmbedBackend> EmbedOwner<B> {
                 Command::LoadAdapter(_, reply) => {
                     let _ = reply.send(Err("embedding models take no LoRA adapters".into()));
                 }
+                Command::CellMap(reply) => {
+                    let _ = reply.send(Vec::new());
+                }
             }
         }
     }

@@ -335,6 +335,9 @@ impl<B: Backend> Owner<B> {
                 Command::LoadAdapter(spec, reply) => {
                     let _ = reply.send(self.load_adapter(&spec));
                 }
+                Command::CellMap(reply) => {
+                    let _ = reply.send(self.cells.dump());
+                }
                 Command::Embed(sub) => {
                     self.queued.fetch_sub(1, Ordering::AcqRel);
                     let _ = sub.reply.send(Err(GenerationError::Runtime(

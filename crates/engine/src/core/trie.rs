@@ -96,6 +96,18 @@ impl CellTrie {
             .unwrap_or_default()
     }
 
+    /// Every slot holding cells, with its tokens.
+    pub fn dump(&self) -> Vec<crate::CellSlot> {
+        self.paths
+            .iter()
+            .map(|(&slot, p)| crate::CellSlot {
+                slot,
+                key: [p.key.model, p.key.adapters, p.key.media],
+                tokens: self.tokens(slot),
+            })
+            .collect()
+    }
+
     /// `Cleared`, then every block held (a resync).
     pub fn block_snapshot(&mut self) -> Vec<KvEvent> {
         let Some(mut b) = self.blocks.take() else {
@@ -652,6 +664,7 @@ mod tests {
             let mut t = CellTrie::new(share);
             t.track_blocks();
             let mut seen: HashSet<u64> = HashSet::new();
+            let (mut most, mut removed) = (0, 0);
             let mut rng = 0x9e3779b97f4a7c15u64;
             let mut next = |m: u64| {
                 rng ^= rng << 13;
@@ -701,6 +714,7 @@ mod tests {
                             }
                         }
                         KvEvent::Removed { hashes } => {
+                            removed += hashes.len();
                             for h in hashes {
                                 assert!(seen.remove(&h), "removed without being stored");
                             }
@@ -719,7 +733,12 @@ mod tests {
                 }
                 assert_eq!(t.blocks.as_ref().unwrap().blocks(), want, "tick {tick}");
                 assert_eq!(seen, want, "tick {tick}: the subscriber's view");
+                most = most.max(want.len());
             }
+            assert!(
+                most >= 8 && removed >= 50,
+                "the run exercised blocks: {most} at most, {removed} removed"
+            );
             // A resync rebuilds the same set from nothing.
             let mut again = HashSet::new();
             for e in t.block_snapshot() {
