@@ -120,7 +120,7 @@ impl CellTrie {
 
     /// A slot's tokens from the block boundary at or before `len` to `len`.
     fn block_tail(&self, slot: usize, len: usize) -> Vec<TokenId> {
-        if self.blocks.is_none() || len % BLOCK_TOKENS == 0 {
+        if self.blocks.is_none() || len.is_multiple_of(BLOCK_TOKENS) {
             return Vec::new();
         }
         let t = self.tokens(slot);
