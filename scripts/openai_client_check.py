@@ -131,7 +131,7 @@ def metrics_parse():
     names = {f.name for f in text_string_to_metric_families(text)}
     for want in [
         "steward_requests_running", "steward_requests_waiting", "steward_kv_cells_used",
-        "steward_kv_cells_total", "steward_memory_bytes", "steward_cancel_latency_seconds",
+        "steward_kv_cells_capacity", "steward_memory_bytes", "steward_cancel_latency_seconds",
         "steward_time_to_first_token_seconds", "steward_request_duration_seconds",
         "steward_queue_wait_seconds", "steward_step_duration_seconds",
         "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",

@@ -84,7 +84,7 @@ gauges = [
     ("waiting", "steward_requests_waiting"), ("paused", "steward_requests_paused"),
     ("live_outboxes", "steward_live_outboxes"), ("permits", "steward_admission_permits"),
     ("kv_used", "steward_kv_cells_used"), ("kv_reserved", "steward_kv_cells_reserved"),
-    ("kv_cached", "steward_kv_cells_cached"), ("kv_total", "steward_kv_cells_total"),
+    ("kv_cached", "steward_kv_cells_cached"), ("kv_total", "steward_kv_cells_capacity"),
     ("prefix_entries", "steward_prefix_cache_entries"),
     ("finished", "steward_requests_finished_total"), ("cancelled", "steward_requests_cancelled_total"),
     ("failed", "steward_requests_failed_total"), ("http_responses", "steward_http_responses_total"),

@@ -166,15 +166,17 @@ fn engine_histograms(o: &mut String, e: &EngineStats) {
             e.cancelled_by_state[st.index()]
         );
     }
+    // (`stat`, not `quantile`: a gauge with a `quantile` label reads as a
+    // malformed summary to promtool.)
     let _ = writeln!(o, "# HELP steward_cancel_latency_recent_seconds p50/p99/max of the last 4096 cancellation latencies\n# TYPE steward_cancel_latency_recent_seconds gauge");
     for st in CancelState::ALL {
-        for (q, v) in ["0.5", "0.99", "1"]
+        for (q, v) in ["p50", "p99", "max"]
             .iter()
             .zip(e.cancel_latency_quantiles[st.index()])
         {
             let _ = writeln!(
                 o,
-                "steward_cancel_latency_recent_seconds{{state=\"{}\",quantile=\"{q}\"}} {}",
+                "steward_cancel_latency_recent_seconds{{state=\"{}\",stat=\"{q}\"}} {}",
                 st.as_str(),
                 v / 1e3
             );
@@ -295,7 +297,7 @@ pub fn render(e: &EngineStats, waiting: usize) -> String {
             waiting as f64,
         ),
         (
-            "steward_slots_total",
+            "steward_slots",
             "Sequence slots",
             "gauge",
             e.slots_total as f64,
@@ -313,7 +315,7 @@ pub fn render(e: &EngineStats, waiting: usize) -> String {
             e.kv_cells_reserved as f64,
         ),
         (
-            "steward_kv_cells_total",
+            "steward_kv_cells_capacity",
             "KV cells in the pool",
             "gauge",
             e.kv_cells_total as f64,
@@ -561,9 +563,21 @@ pub fn render(e: &EngineStats, waiting: usize) -> String {
         ),
         (
             "vllm:prompt_tokens_total",
-            "Prompt tokens computed (vLLM name)",
+            "Prompt tokens of admitted requests, computed or taken from the prefix cache (vLLM name)",
             "counter",
-            e.prompt_tokens_total as f64,
+            (e.prompt_tokens_total + e.prefix_reused_tokens) as f64,
+        ),
+        (
+            "vllm:prefix_cache_queries_total",
+            "Prompt tokens looked up in the prefix cache (vLLM name)",
+            "counter",
+            (e.prompt_tokens_total + e.prefix_reused_tokens) as f64,
+        ),
+        (
+            "vllm:prefix_cache_hits_total",
+            "Prompt tokens found in the prefix cache (vLLM name)",
+            "counter",
+            e.prefix_reused_tokens as f64,
         ),
         (
             "vllm:generation_tokens_total",

@@ -304,6 +304,8 @@ async fn metrics_hold_the_gateway_contract_through_a_burst_past_max_seqs() {
         "vllm:gpu_cache_usage_perc",
         "vllm:prompt_tokens_total",
         "vllm:generation_tokens_total",
+        "vllm:prefix_cache_queries_total",
+        "vllm:prefix_cache_hits_total",
         "vllm:lora_requests_info",
         "vllm:cache_config_info",
     ] {
@@ -399,6 +401,12 @@ async fn metrics_hold_the_gateway_contract_through_a_burst_past_max_seqs() {
     let f = parse_strict(&s.get_text("/metrics").await).expect("strict parse, after");
     assert_eq!(gauge(&f, "vllm:num_requests_waiting"), 0.0);
     assert!(gauge(&f, "vllm:generation_tokens_total") >= f64::from(n * 40));
+    // vLLM counts whole prompts, cache hits included.
+    assert_eq!(
+        gauge(&f, "vllm:prompt_tokens_total"),
+        s.metric("steward_prompt_tokens_total").await
+            + s.metric("steward_prefix_cache_reused_tokens_total").await
+    );
     assert!(gauge(&f, "vllm:prompt_tokens_total") > 0.0);
     let count = |h: &str| {
         f[h].samples

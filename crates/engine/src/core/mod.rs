@@ -258,7 +258,14 @@ impl<B: Backend> Owner<B> {
         let t1 = Instant::now();
         self.reap();
         let t2 = Instant::now();
+        let before = self.seqs.len();
         self.admit();
+        if self.seqs.len() > before {
+            // Gauges (running, waiting) true during the step, not only
+            // after it: the retire at the last step's end is already
+            // published, and a router reading it would see a free slot.
+            self.publish(None);
+        }
         let t3 = Instant::now();
         self.flush_draining();
         let t4 = Instant::now();
