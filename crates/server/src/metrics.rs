@@ -205,7 +205,7 @@ pub const GATEWAY_BLOCK_SIZE: u64 = 64;
 pub fn render(e: &EngineStats, waiting: usize) -> String {
     let kv_frac = kv_usage(e);
     // (name, help, type, value): every engine-side metric, declared here.
-    let engine: [(&str, &str, &str, f64); 62] = [
+    let engine: [(&str, &str, &str, f64); 64] = [
         (
             "steward_draining",
             "1 while draining for shutdown",
