@@ -5,6 +5,8 @@
 # compilation under the request limits. 0 crashes is the bar; a crash leaves
 # its input under fuzz/artifacts/<target>/ (add it to a test).
 # Usage: scripts/fuzz.sh [SECONDS] [TARGET...]
+#        scripts/fuzz.sh --build-only   (every target, nothing run: test.sh
+#        runs this niced in the background while its tests run)
 #
 # FUZZ_BUILD=dev (the default, what CI runs): unoptimized Rust with debug
 # assertions and overflow checks, llama.cpp at -O0 (the targets never call
@@ -14,6 +16,11 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
+build_only=0
+if [ "${1:-}" = --build-only ]; then
+  build_only=1
+  shift
+fi
 secs="${1:-20}"
 shift || true
 targets=("$@")
@@ -29,6 +36,9 @@ else
   export LLAMA_LIB_PROFILE=Debug CMAKE_C_FLAGS_DEBUG=-O0 CMAKE_CXX_FLAGS_DEBUG=-O0
 fi
 cd fuzz
+# Every target in one build (the links run in parallel).
+cargo fuzz build "${mode[@]}" -s none >/dev/null
+[ "$build_only" = 1 ] && exit 0
 for t in "${targets[@]}"; do
   cargo fuzz build "${mode[@]}" -s none "$t" >/dev/null
   mkdir -p "corpus/$t"

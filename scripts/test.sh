@@ -7,7 +7,7 @@
 # Anthropic Python clients against a live server, access (TLS, keys, rate
 # limits), two replicas behind the vLLM Router, KV events, one model over RPC
 # workers, the web pages in Chromium, schemathesis against /openapi.json, and
-# every fuzz target briefly (FUZZ_SECONDS each, default 20). Fetches the models
+# every fuzz target briefly (FUZZ_SECONDS each, default 15). Fetches the models
 # when missing; downloads run beside the compile (scripts/prefetch.sh). Each
 # phase prints the seconds since the start.
 set -euo pipefail
@@ -27,6 +27,13 @@ cargo clippy --release --all-targets -- -D warnings
 # The test build makes the binary the scripts below use (one build, not two).
 phase "cargo test --no-run (the binary and every test)"
 cargo test --release --workspace --no-run
+# The fuzz targets' own build (fuzz/target, a debug build with coverage
+# instrumentation: it shares nothing with the one above) at the lowest
+# priority beside the tests, which leave much of the CPU idle (servers
+# waiting on clients, timeouts). Waited for before the fuzz phase.
+nice -n 19 ./scripts/fuzz.sh --build-only >target/fuzz-build.log 2>&1 &
+fuzz_build=$!
+trap 'kill $fuzz_build 2>/dev/null || true' EXIT
 phase "waiting for the downloads (target/prefetch.log)"
 wait $prefetch || { cat target/prefetch.log; echo "prefetch failed" >&2; exit 1; }
 phase "default model"
@@ -75,6 +82,7 @@ phase "web chat and dashboard in Chromium (scripts/browser_check.sh)"
 ./scripts/browser_check.sh --shots target/browser-shots
 phase "schemathesis against /openapi.json (scripts/schemathesis_check.sh)"
 ./scripts/schemathesis_check.sh
-phase "fuzz targets, ${FUZZ_SECONDS:-20} s each"
-./scripts/fuzz.sh "${FUZZ_SECONDS:-20}"
+phase "fuzz targets, ${FUZZ_SECONDS:-15} s each (waiting for their build: target/fuzz-build.log)"
+wait $fuzz_build || { tail -30 target/fuzz-build.log; echo "fuzz build failed" >&2; exit 1; }
+./scripts/fuzz.sh "${FUZZ_SECONDS:-15}"
 phase "all passed"

@@ -7,7 +7,7 @@
 //!   reads and writes.
 //! - Every route of `app()` is declared below by `#[utoipa::path]` on a
 //!   placeholder function (the handlers stay as they are); the test
-//!   `tests/openapi.rs` fails when the router and this list differ.
+//!   `crates/server/tests/it/openapi.rs` fails when the router and this list differ.
 //! - The bodies a handler reads as JSON by hand (the Anthropic and
 //!   Responses dialects, embeddings, rerank, the introspection and admin
 //!   routes) and the answers it builds with `json!` are described by hand

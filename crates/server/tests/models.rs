@@ -9,6 +9,7 @@
 //! One test function: the RSS checks need no other test's models loaded
 //! in the same process meanwhile.
 
+#[path = "it/common/mod.rs"]
 mod common;
 
 use std::sync::Arc;

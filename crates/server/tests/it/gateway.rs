@@ -5,7 +5,7 @@
 //! `--max-seqs` seen in them (waiting > 0 while running = the maximum) and
 //! in `GET /get_load`.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};

@@ -2,7 +2,7 @@
 //! template fields, prefill, reasoning read back whole and streamed, and
 //! the introspection endpoints.
 
-mod common;
+use crate::common;
 
 use common::{assert_error, chat_body, server};
 use serde_json::{json, Value};

@@ -6,7 +6,7 @@
 //! operation has its 200 and error bodies, the authenticated ones their
 //! security. (Answers against the schemas: scripts/schemathesis_check.sh.)
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 
@@ -61,7 +61,7 @@ const OPEN: &[&str] = &[
 /// The `.route(PATH, METHOD(..).METHOD(..))` calls of `app()` in
 /// `src/lib.rs`, paths in OpenAPI's syntax (`{*id}` is `{id}`).
 fn routes_in_source() -> BTreeSet<(String, String)> {
-    let src = include_str!("../src/lib.rs");
+    let src = include_str!("../../src/lib.rs");
     let start = src.find("pub fn app(").expect("app() in lib.rs");
     let end = start + src[start..].find("\nfn ").expect("the fn after app()");
     let body = &src[start..end];

@@ -2,7 +2,7 @@
 //! schemas and grammars, tool calls, `n` > 1, device sampling (harness in
 //! `common/`).
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::{json, Value};

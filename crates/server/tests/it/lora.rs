@@ -5,7 +5,7 @@
 //! mixed keeps every stream's output equal to its solo run; adapters are
 //! listed as models of their own and load while the server runs.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 

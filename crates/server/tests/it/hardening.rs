@@ -4,7 +4,7 @@
 //! grammars cannot take the process down, `n` above the free slots
 //! completes, and client text never becomes special tokens.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

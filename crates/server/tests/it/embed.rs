@@ -6,7 +6,7 @@
 //! the request path's refusals, cancellation of an abandoned request, the
 //! ledger of a model without KV memory, and a reranker's scores.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

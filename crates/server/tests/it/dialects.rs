@@ -6,7 +6,7 @@
 //! the metrics and the ledger. (The official SDKs' flows are
 //! scripts/agent_api_check.py's.)
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! latency, and the feed is bounded. The pages themselves are served with
 //! their CSP (the browser test, scripts/browser_check.sh, drives them).
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -2,7 +2,7 @@
 //! router on 127.0.0.1:0, a real HTTP client (`common/`): completions,
 //! streaming, errors, auth, queues, logprobs, timings and the ledger.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 
