@@ -20,6 +20,14 @@ phase() { echo "== [$((SECONDS - t0)) s] $*"; }
 mkdir -p target
 ./scripts/prefetch.sh >target/prefetch.log 2>&1 &
 prefetch=$!
+# The fuzz targets' own build (fuzz/target, a debug build with coverage
+# instrumentation: it shares nothing with the main build) at the lowest
+# priority from the start: it takes the CPU the main build leaves idle (its
+# links, its serial crates) and the tests leave idle (servers waiting on
+# clients, timeouts). Waited for before the fuzz phase.
+nice -n 19 ./scripts/fuzz.sh --build-only >target/fuzz-build.log 2>&1 &
+fuzz_build=$!
+trap 'kill $fuzz_build 2>/dev/null || true' EXIT
 phase "cargo fmt --check"
 cargo fmt --all --check
 phase "cargo clippy"
@@ -27,13 +35,6 @@ cargo clippy --release --all-targets -- -D warnings
 # The test build makes the binary the scripts below use (one build, not two).
 phase "cargo test --no-run (the binary and every test)"
 cargo test --release --workspace --no-run
-# The fuzz targets' own build (fuzz/target, a debug build with coverage
-# instrumentation: it shares nothing with the one above) at the lowest
-# priority beside the tests, which leave much of the CPU idle (servers
-# waiting on clients, timeouts). Waited for before the fuzz phase.
-nice -n 19 ./scripts/fuzz.sh --build-only >target/fuzz-build.log 2>&1 &
-fuzz_build=$!
-trap 'kill $fuzz_build 2>/dev/null || true' EXIT
 phase "waiting for the downloads (target/prefetch.log)"
 wait $prefetch || { cat target/prefetch.log; echo "prefetch failed" >&2; exit 1; }
 phase "default model"
