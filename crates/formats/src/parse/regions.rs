@@ -222,6 +222,11 @@ fn hermes(t: &str, m: usize, cx: &Ctx) -> View {
     if t[i..].starts_with("<function=") {
         return xml::qwen_xml(t, m, cx);
     }
+    // A stream cut inside `<function=`: wait for the rest (whole, the text
+    // would have gone to `qwen_xml`).
+    if !cx.end && "<function=".starts_with(&t[i..]) {
+        return open(vec![]);
+    }
     if !t[i..].starts_with('{') {
         return fail(vec![], m);
     }

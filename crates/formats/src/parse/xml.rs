@@ -46,8 +46,10 @@ pub(super) fn qwen_xml(t: &str, m: usize, cx: &Ctx) -> View {
         return ran_out(vec![], t.len(), cx, m);
     };
     let name = t[i..i + gt].trim().to_string();
-    if name.is_empty() {
-        // `<function=>`: no call (as a stream, which never saw a name).
+    if name.is_empty() || name.contains('<') {
+        // `<function=>`, or a name running into another tag
+        // (`<function=<tool_call>`): no call (as a stream, which never saw
+        // a name).
         return fail(vec![], m);
     }
     i += gt + 1;
