@@ -21,49 +21,25 @@ Usage: kv_events_check.py STEWARD_BINARY
 import hashlib
 import json
 import os
-import socket
 import struct
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 
 import msgpack
 import zmq
 
-failures = []
+from checklib import failures, free_port, ok
+from checklib import http as _http
+
 B = 64
 KEY = "kv-events-check-key"
 
 
-def ok(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        failures.append(what)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
 def http(url, body=None, timeout=120, method=None):
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method,
-                                 headers={"content-type": "application/json", "authorization": f"Bearer {KEY}"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode(errors="replace")
-    except OSError as e:
-        return 0, str(e)
+    return _http(url, body, {"authorization": f"Bearer {KEY}"}, timeout, method)
 
 
 class Subscriber:

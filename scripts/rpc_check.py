@@ -29,42 +29,16 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.error
 import urllib.request
 
-failures = []
+from checklib import failures, free_port, http, ok
+
 PROMPTS = [
     "Write one sentence about rivers.",
     "List three colours.",
     "What is 2 + 2? Explain.",
 ]
 TOKENS = 24
-
-
-def ok(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        failures.append(what)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
-def http(url, body=None, timeout=120):
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, headers={"content-type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode(errors="replace")
-    except OSError as e:
-        return 0, str(e)
 
 
 def rss_mib(pid):
@@ -119,7 +93,7 @@ def start_server(steward, d, name, extra):
 def greedy(base, prompt):
     body = {"model": "smol", "messages": [{"role": "user", "content": prompt}], "max_tokens": TOKENS,
             "temperature": 0, "logprobs": True}
-    st, text = http(base + "/v1/chat/completions", body)
+    st, text = http(base + "/v1/chat/completions", body, timeout=120)
     if st != 200:
         return None
     c = json.loads(text)["choices"][0]

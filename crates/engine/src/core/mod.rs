@@ -181,6 +181,13 @@ impl<B: Backend> Owner<B> {
             MemoryKind::Attention => true,
         };
         let state_base = rt.state_bytes();
+        // KV events: blocks are only meaningful where cells are reusable at
+        // any length (full attention).
+        let kv = c
+            .kv_events
+            .clone()
+            .filter(|_| kind == MemoryKind::Attention)
+            .map(|s| kvpublish::KvOut::new(s, c.n_gpu_layers > 0));
         Owner {
             rt,
             vocab,
@@ -229,18 +236,12 @@ impl<B: Backend> Owner<B> {
             pinned: Vec::new(),
             cells: {
                 let mut t = trie::CellTrie::new(c.kv_unified);
-                // Blocks are only meaningful where cells are reusable at
-                // any length (full attention).
-                if c.kv_events.is_some() && kind == MemoryKind::Attention {
+                if kv.is_some() {
                     t.track_blocks();
                 }
                 t
             },
-            kv: c
-                .kv_events
-                .clone()
-                .filter(|_| kind == MemoryKind::Attention)
-                .map(|s| kvpublish::KvOut::new(s, c.n_gpu_layers > 0)),
+            kv,
             n_batch: runtime_params(&c).n_batch as usize,
             suspects: Vec::new(),
             adapters: args.adapters,

@@ -1,0 +1,36 @@
+"""Helpers the live-server checks share (router_check, kv_events_check,
+rpc_check): a pass/fail line per check, a free port, a JSON request."""
+import json
+import socket
+import urllib.error
+import urllib.request
+
+failures = []
+
+
+def ok(cond, what):
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    if not cond:
+        failures.append(what)
+
+
+def free_port(host="127.0.0.1"):
+    s = socket.socket()
+    s.bind((host, 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def http(url, body=None, headers=None, timeout=60, method=None):
+    """(status, body text); status 0 and the reason when nothing answered."""
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method,
+                                 headers={"content-type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(errors="replace")
+    except OSError as e:
+        return 0, str(e)
