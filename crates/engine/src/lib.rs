@@ -28,6 +28,18 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 
 pub use crate::core::sampler::SamplingParams;
+pub use crate::core::speculate::SpecMode;
+
+/// Most tokens a request may draft per step.
+pub const MAX_DRAFT: usize = 32;
+
+/// A request's speculative decoding, where it asked (each part `None`:
+/// the server's default).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SpecRequest {
+    pub mode: Option<SpecMode>,
+    pub max_draft: Option<usize>,
+}
 
 /// The text of a caught panic's payload (empty when it is neither `&str`
 /// nor `String`).
@@ -159,6 +171,13 @@ pub struct EngineConfig {
     /// Publish KV-cache block events here (`crate::kvevents`; full
     /// attention models only).
     pub kv_events: Option<kvevents::KvSink>,
+    /// Speculative decoding for requests that do not say (`--speculative`),
+    /// and the most tokens drafted per step (`--draft-max`).
+    pub speculative: SpecMode,
+    pub draft_max: usize,
+    /// A small model with the same vocabulary that drafts for
+    /// `speculative: draft` (`--draft-model`).
+    pub draft_model: Option<PathBuf>,
 }
 
 /// A LoRA adapter to load: its name (clients ask for `model:name`), its
@@ -242,6 +261,9 @@ impl EngineConfig {
             adapters: Vec::new(),
             adapter_slice: 4,
             kv_events: None,
+            speculative: SpecMode::Off,
+            draft_max: 8,
+            draft_model: None,
         }
     }
 }
@@ -274,6 +296,8 @@ pub struct GenerateRequest {
     /// LoRA adapters (id from `EngineHandle::adapters`, scale) the request
     /// runs under; empty: the base model. Zero scales are dropped.
     pub adapters: Vec<(usize, f32)>,
+    /// Speculative decoding (`None`: the engine's default).
+    pub speculative: Option<SpecRequest>,
 }
 
 #[derive(Debug, thiserror::Error, Clone, PartialEq)]
@@ -360,6 +384,42 @@ pub struct Engine;
 /// attention; for a sliding-window or recurrent model, measured on a small
 /// probe context (window layers hold at most window + ubatch cells, a
 /// recurrent state is fixed per slot).
+/// A draft model must generate (no pooling), speak the model's vocabulary
+/// token for token, and be full attention (its cells are cut back after
+/// every verification).
+fn check_draft(
+    m: &model::LoadedModel,
+    d: &model::LoadedModel,
+    path: &std::path::Path,
+) -> Result<(), LoadError> {
+    let bad = |why: String| {
+        Err(LoadError::Context(format!(
+            "draft model {}: {why}",
+            path.display()
+        )))
+    };
+    if d.facts.pooling.is_some() {
+        return bad("it is an embedding model".into());
+    }
+    let (a, b) = (&m.vocab.token_bytes, &d.vocab.token_bytes);
+    if a.len() != b.len() {
+        return bad(format!(
+            "its vocabulary has {} tokens, the model's {}",
+            b.len(),
+            a.len()
+        ));
+    }
+    if let Some(i) = (0..a.len())
+        .find(|&i| a[i] != b[i] || m.vocab.is_eog(i as TokenId) != d.vocab.is_eog(i as TokenId))
+    {
+        return bad(format!("token {i} differs from the model's"));
+    }
+    if model::MemoryKind::of(&d.facts, false) != model::MemoryKind::Attention {
+        return bad("speculation needs a full-attention draft model".into());
+    }
+    Ok(())
+}
+
 fn bytes_per_cell(model: &model::LoadedModel, c: &EngineConfig) -> u64 {
     let plain = model.kv_bytes_per_token(c.kv_q8);
     let kind = model::MemoryKind::of(&model.facts, c.swa_full);
@@ -400,6 +460,8 @@ fn bytes_per_cell(model: &model::LoadedModel, c: &EngineConfig) -> u64 {
 /// (`Engine::load`, then `Loaded::start`).
 pub struct Loaded {
     model: Arc<model::LoadedModel>,
+    /// The draft model and what a cell of its KV holds.
+    draft: Option<(Arc<model::LoadedModel>, u64)>,
     config: EngineConfig,
     load_ms: f64,
     bytes_per_cell: u64,
@@ -416,9 +478,20 @@ impl Loaded {
     /// What serving with `max_seqs` slots holds: weights, overhead and the
     /// KV pool.
     pub fn need(&self, max_seqs: usize) -> u64 {
-        self.model.facts.weights_bytes
+        self.weights()
             + self.overhead()
-            + self.bytes_per_cell * u64::from(self.config.ctx_per_seq) * max_seqs as u64
+            + self.cell_bytes() * u64::from(self.config.ctx_per_seq) * max_seqs as u64
+    }
+
+    /// Weights held: the model's, and the draft model's.
+    fn weights(&self) -> u64 {
+        self.model.facts.weights_bytes + self.draft.as_ref().map_or(0, |d| d.0.facts.weights_bytes)
+    }
+
+    /// Bytes per slot cell: the model's KV, and the draft model's (its
+    /// slots mirror the model's).
+    fn cell_bytes(&self) -> u64 {
+        self.bytes_per_cell + self.draft.as_ref().map_or(0, |d| d.1)
     }
 
     /// What serving as configured holds.
@@ -437,9 +510,9 @@ impl Loaded {
         if let Some(budget) = budget {
             let fit = memory::fit_sequences(
                 budget,
-                self.model.facts.weights_bytes,
+                self.weights(),
                 self.overhead(),
-                self.bytes_per_cell,
+                self.cell_bytes(),
                 self.config.ctx_per_seq,
                 self.config.max_seqs,
             )
@@ -459,6 +532,7 @@ impl Loaded {
         let footprint = self.full_need();
         let Loaded {
             model,
+            draft,
             config,
             load_ms,
             mut identity,
@@ -487,6 +561,7 @@ impl Loaded {
         } else {
             core::spawn(core::OwnerArgs {
                 model: model.clone(),
+                draft: draft.map(|d| d.0),
                 parts: core::OwnerParts {
                     config: config.clone(),
                     inbox: inbox_rx,
@@ -551,8 +626,18 @@ impl Engine {
             bytes_per_cell(&model, &config)
         };
         let identity = identity::ModelIdentity::compute(&config.model_path, &model)?;
+        let draft = match &config.draft_model {
+            None => None,
+            Some(path) => {
+                let d = model::LoadedModel::load(path, false, config.n_gpu_layers)?;
+                check_draft(&model, &d, path)?;
+                let cell = self::bytes_per_cell(&d, &config);
+                Some((Arc::new(d), cell))
+            }
+        };
         Ok(Loaded {
             model,
+            draft,
             config,
             load_ms,
             bytes_per_cell,

@@ -158,6 +158,16 @@ pub struct EngineStats {
     pub steps: u64,
     pub prompt_tokens_total: u64,
     pub generated_tokens_total: u64,
+    /// Speculative decoding: tokens drafted, drafts accepted, drafts (one
+    /// per sequence per step that carried any).
+    pub spec_draft_tokens_total: u64,
+    pub spec_accepted_tokens_total: u64,
+    pub spec_drafts_total: u64,
+    /// The draft model: cells its KV holds (every slot), its steps and
+    /// their time.
+    pub draft_kv_cells: u64,
+    pub draft_steps_total: u64,
+    pub draft_ms_total: f64,
     pub requests_finished: u64,
     pub requests_cancelled: u64,
     pub requests_failed: u64,

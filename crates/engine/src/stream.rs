@@ -69,6 +69,10 @@ pub struct Finished {
     /// Tokens were sampled on the device (greedy argmax in the step's
     /// graph) rather than from host logits.
     pub device_sampled: bool,
+    /// Speculative decoding: tokens drafted, and how many of them were
+    /// accepted (0, 0 without speculation).
+    pub draft_tokens: u64,
+    pub draft_accepted: u64,
 }
 
 #[derive(Debug, Clone, thiserror::Error, PartialEq)]

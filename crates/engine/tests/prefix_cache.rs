@@ -50,6 +50,7 @@ fn request(prompt: Vec<TokenId>, max_tokens: u32) -> GenerateRequest {
         constraint: None,
         markers: None,
         adapters: Vec::new(),
+        speculative: None,
     }
 }
 

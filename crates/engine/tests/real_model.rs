@@ -62,6 +62,7 @@ fn request(prompt: Vec<TokenId>, max_tokens: u32, sampling: SamplingParams) -> G
         constraint: None,
         markers: None,
         adapters: Vec::new(),
+        speculative: None,
     }
 }
 

@@ -98,6 +98,25 @@ pub struct SamplingFields {
     /// match (`%json { schema }` embeds a JSON schema).
     #[schema(value_type = Option<String>)]
     pub grammar: Option<Value>,
+    /// Extension: speculative decoding for this request (default: the
+    /// server's `--speculative`). Output is the same as without it: greedy
+    /// gives the same tokens, sampling the same distribution.
+    pub speculative: Option<SpeculativeOptions>,
+}
+
+/// Speculative decoding options of one request.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SpeculativeOptions {
+    /// `off`, `ngram` (drafts looked up in the prompt and the output so
+    /// far) or `draft` (the server's `--draft-model`).
+    #[schema(pattern = "^(off|ngram|draft)$")]
+    pub mode: Option<String>,
+    /// Most tokens drafted per step, 0 to 32 (default: the server's
+    /// `--draft-max`); fewer are drafted while acceptance is low or the
+    /// batch is busy.
+    #[schema(minimum = 0, maximum = 32)]
+    pub max_draft: Option<i64>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
@@ -244,6 +263,11 @@ pub struct Timings {
     /// sampled by Steward's per-request sampler) or `device`.
     #[serde(default)]
     pub sampling_path: String,
+    /// Speculative decoding: tokens drafted and accepted (0 without it).
+    #[serde(default)]
+    pub draft_tokens: u64,
+    #[serde(default)]
+    pub draft_accepted: u64,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]

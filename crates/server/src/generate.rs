@@ -271,6 +271,15 @@ async fn generate_on(
         // A deadline past what `Instant` can hold is no deadline.
         d.and_then(|d| arrival.checked_add(d))
     };
+    let wants_draft = spec
+        .speculative
+        .is_some_and(|r| r.mode == Some(steward_engine::SpecMode::Draft));
+    if wants_draft && engine.config().draft_model.is_none() {
+        return Err(ApiError::invalid_value(
+            "`speculative.mode` is `draft`, but this model has no draft model (--draft-model); use `ngram` or `off`",
+            "speculative.mode",
+        ));
+    }
     // One sequence per choice: the same prompt (computed once and shared
     // through the prefix cache), its own RNG stream (seed + index), its own
     // copy of the grammar state.
@@ -304,6 +313,7 @@ async fn generate_on(
             },
             markers: (api == Api::Chat).then(|| engine.preparer().markers(spec.tools.is_some())),
             adapters: adapters.clone(),
+            speculative: spec.speculative,
         })?);
     }
     let ctx = ReplyCtx {

@@ -252,6 +252,21 @@ struct ServeArgs {
     /// says which.
     #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
     device_sampling: bool,
+    /// Speculative decoding for requests that do not say (a request's
+    /// `speculative.mode` overrides): `off`, `ngram` (drafts looked up in the
+    /// prompt and the output so far: editing, summarising, code) or `draft`
+    /// (needs --draft-model). Output is unchanged: greedy gives the same
+    /// tokens, sampling the same distribution. Drafts adapt to each
+    /// request's acceptance and stand aside when the batch is busy.
+    #[arg(long, default_value = "off", value_parser = parse_spec_mode)]
+    speculative: steward_engine::SpecMode,
+    /// Most tokens drafted per request per step (at most 32).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(0..=32))]
+    draft_max: u32,
+    /// A small GGUF model with the same vocabulary that drafts for
+    /// `speculative: draft` (checked token by token at start).
+    #[arg(long)]
+    draft_model: Option<PathBuf>,
     /// Threads that sample and emit a step's rows, one more per 8 rows
     /// [default: half the cores up to 8 when layers are offloaded (the
     /// device idles while the host reads every row's logits), else 1].
@@ -603,6 +618,12 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
     c.prefix_cache = a.prefix_cache;
     c.prefix_copy_min = a.prefix_copy_min;
     c.device_sampling = a.device_sampling;
+    c.speculative = a.speculative;
+    c.draft_max = a.draft_max as usize;
+    c.draft_model = a.draft_model.clone();
+    if c.speculative == steward_engine::SpecMode::Draft && c.draft_model.is_none() {
+        anyhow::bail!("--speculative draft needs --draft-model");
+    }
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     c.sample_threads = a
         .sample_threads
@@ -784,4 +805,8 @@ pub(crate) fn gpu_layers(asked: Option<u32>) -> anyhow::Result<u32> {
         ),
         Some(n) => Ok(n),
     }
+}
+
+fn parse_spec_mode(s: &str) -> Result<steward_engine::SpecMode, String> {
+    steward_engine::SpecMode::parse(s).ok_or_else(|| format!("`{s}`: expected off, ngram or draft"))
 }

@@ -205,7 +205,7 @@ pub const GATEWAY_BLOCK_SIZE: u64 = 64;
 pub fn render(e: &EngineStats, waiting: usize) -> String {
     let kv_frac = kv_usage(e);
     // (name, help, type, value): every engine-side metric, declared here.
-    let engine: [(&str, &str, &str, f64); 64] = [
+    let engine: [(&str, &str, &str, f64); 70] = [
         (
             "steward_draining",
             "1 while draining for shutdown",
@@ -584,6 +584,42 @@ pub fn render(e: &EngineStats, waiting: usize) -> String {
             "Tokens generated (vLLM name)",
             "counter",
             e.generated_tokens_total as f64,
+        ),
+        (
+            "steward_draft_kv_cells",
+            "Draft model: KV cells held, every slot",
+            "gauge",
+            e.draft_kv_cells as f64,
+        ),
+        (
+            "steward_draft_steps_total",
+            "Draft model: steps run",
+            "counter",
+            e.draft_steps_total as f64,
+        ),
+        (
+            "steward_draft_seconds_total",
+            "Draft model: time in its steps",
+            "counter",
+            e.draft_ms_total / 1e3,
+        ),
+        (
+            "vllm:spec_decode_num_draft_tokens_total",
+            "Speculative decoding: tokens drafted (vLLM name)",
+            "counter",
+            e.spec_draft_tokens_total as f64,
+        ),
+        (
+            "vllm:spec_decode_num_accepted_tokens_total",
+            "Speculative decoding: drafted tokens accepted (vLLM name)",
+            "counter",
+            e.spec_accepted_tokens_total as f64,
+        ),
+        (
+            "vllm:spec_decode_num_drafts_total",
+            "Speculative decoding: drafts, one per sequence per step that carried any (vLLM name)",
+            "counter",
+            e.spec_drafts_total as f64,
         ),
         ("steward_info", "Always 1", "gauge", 1.0),
     ];

@@ -122,6 +122,8 @@ fn timings(fins: &[&Finished], first_text_sent_ms: f64) -> p::Timings {
         },
         constraint_ms: fins.iter().map(|f| f.constraint_ms).sum(),
         sampling_path: if f.device_sampled { "device" } else { "host" }.into(),
+        draft_tokens: fins.iter().map(|f| f.draft_tokens).sum(),
+        draft_accepted: fins.iter().map(|f| f.draft_accepted).sum(),
     }
 }
 

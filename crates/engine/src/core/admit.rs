@@ -216,7 +216,9 @@ impl<B: Backend> Owner<B> {
                 ctx_limit: self.ctx_limit,
                 max_lag_tokens: self.config.max_lag_tokens,
             };
+            let (spec_mode, spec_max) = self.spec_for(w.sub.req.speculative);
             let mut seq = Sequence::new(self.next_key, slot, w.sub, limits, permit, reused);
+            seq.speculate(spec_mode, spec_max);
             // Device sampling where the request's sampler is plain greedy;
             // the slot keeps its path until a request needs the other one.
             let want = self.config.device_sampling && seq.device_eligible();

@@ -20,6 +20,8 @@ mod adapters;
 pub mod admission;
 mod admit;
 pub mod backend;
+mod drafter;
+mod drafts;
 pub mod embed;
 #[cfg(test)]
 mod fake;
@@ -34,6 +36,7 @@ pub mod sampler;
 pub mod scheduler;
 mod sequence;
 mod slots;
+pub mod speculate;
 mod spill;
 mod start;
 mod trie;
@@ -65,6 +68,8 @@ pub(crate) struct Submission {
 
 pub(crate) struct OwnerArgs {
     pub model: Arc<LoadedModel>,
+    /// The draft model (`--draft-model`), checked against the model.
+    pub draft: Option<Arc<LoadedModel>>,
     pub parts: OwnerParts,
 }
 
@@ -151,6 +156,10 @@ pub(crate) struct Owner<B: Backend> {
     /// Loaded LoRA adapters (published) and whose turn a step is.
     adapters: Arc<std::sync::RwLock<Vec<crate::AdapterInfo>>>,
     turns: adapters::Turns,
+    /// Step time against the step's tokens, for pricing draft rows.
+    spec_fit: speculate::StepFit,
+    /// The draft model's runtime (`--draft-model`).
+    drafter: Option<drafter::Drafter<B>>,
 }
 
 impl<B: Backend> Owner<B> {
@@ -246,8 +255,18 @@ impl<B: Backend> Owner<B> {
             suspects: Vec::new(),
             adapters: args.adapters,
             turns: adapters::Turns::default(),
+            spec_fit: speculate::StepFit::default(),
+            drafter: None,
             config: c,
         }
+    }
+
+    /// Draft with this runtime of a draft model (same vocabulary, same
+    /// slots and context size; checked by the caller).
+    pub(crate) fn with_drafter(mut self, rt: B) -> Self {
+        let slots = self.config.max_seqs;
+        self.drafter = Some(drafter::Drafter::new(rt, slots, self.n_batch));
+        self
     }
 
     /// One iteration of the loop. Returns false when the engine should stop.
@@ -471,6 +490,7 @@ impl<B: Backend> Owner<B> {
             );
             return;
         }
+        self.plan_drafts(&plan);
         let t = Instant::now();
         self.rt.clear();
         let mut rows: Vec<(usize, usize)> = Vec::new(); // (seq index, batch row)
@@ -491,6 +511,7 @@ impl<B: Backend> Owner<B> {
                     Ok(row) => {
                         rows.push((si, row));
                         decoded_tokens.extend(tok.map(|t| (seq.slot, t)));
+                        decoded_tokens.extend(seq.drafts.iter().map(|&d| (seq.slot, d)));
                     }
                     Err(e) => built = Err(e),
                 }
@@ -576,15 +597,22 @@ impl<B: Backend> Owner<B> {
             .zip(row_of)
             .filter_map(|(seq, row)| {
                 let row = row?;
-                let out = if seq.device {
-                    rows::Out::Device(rt.sampled(row))
-                } else {
-                    rows::Out::Logits(rt.logits(row))
+                let out = |r: usize| {
+                    if seq.device {
+                        rows::Out::Device(rt.sampled(r))
+                    } else {
+                        rows::Out::Logits(rt.logits(r))
+                    }
                 };
-                Some(rows::Job(seq, out))
+                // Speculation: the drafts' rows follow the pending token's.
+                let drafts = (1..=seq.drafts.len()).map(|j| out(row + j)).collect();
+                Some(rows::Job(out(row), drafts, seq))
             })
             .collect();
         rows::emit(jobs, &self.vocab, self.config.sample_threads);
+        let n_drafts: usize = self.seqs.iter().map(|s| s.drafts.len()).sum();
+        let emitted: u64 = self.seqs.iter().map(|s| u64::from(s.step_emitted)).sum();
+        self.end_drafts();
         let out_ms = t_out.elapsed().as_secs_f64() * 1e3;
         let ms = t.elapsed().as_secs_f64() * 1e3;
         tracing::trace!(
@@ -612,6 +640,7 @@ impl<B: Backend> Owner<B> {
             0.0
         };
         self.cost.observe(plan.decode.len(), n_prompt, ms, ctx);
+        self.spec_fit.observe(plan.n_tokens() + n_drafts, ms);
         let record = crate::stats::StepRecord {
             n: 0,
             at_ms: crate::stats::unix_ms(),
@@ -639,7 +668,7 @@ impl<B: Backend> Owner<B> {
                 s.step_gap_ms_total += g;
                 s.step_gaps += 1;
             }
-            s.generated_tokens_total += rows.len() as u64;
+            s.generated_tokens_total += emitted;
             s.prompt_tokens_total += n_prompt as u64;
         });
         let mut i = 0;

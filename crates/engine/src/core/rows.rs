@@ -22,8 +22,9 @@ pub(super) enum Out<'a> {
 /// thread and 1.0 ms on four.
 const ROWS_PER_THREAD: usize = 8;
 
-/// One row's sequence and output, for a helper thread.
-pub(super) struct Job<'a>(pub &'a mut Sequence, pub Out<'a>);
+/// One sequence's rows, for a helper thread: its pending token's output,
+/// then its drafts' (speculation; empty without), and the sequence.
+pub(super) struct Job<'a>(pub Out<'a>, pub Vec<Out<'a>>, pub &'a mut Sequence);
 
 // SAFETY: a `Sequence` is not `Send` only because its admission `Permit`
 // holds an `Rc` to the owner's ledger. A helper thread runs `one` alone on
@@ -63,13 +64,26 @@ pub(super) fn emit(mut jobs: Vec<Job<'_>>, vocab: &Vocab, threads: usize) {
 /// anticipated) fails this request alone: what it touched is its own
 /// sampler, detokenizer and grammar state, and a failed sequence's KV cells
 /// are cleared at retirement, never cached.
+///
+/// With drafts, the rows are drawn in order with the request's own sampler:
+/// row `i + 1` is drawn only while the draw from row `i` equals draft `i`
+/// (its logits then follow the emitted tokens); the first draw that differs
+/// is the step's last token (`core/speculate.rs` says why this is exact).
 fn one(job: &mut Job<'_>, vocab: &Vocab) {
-    let Job(seq, out) = job;
-    let out = *out;
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match out {
+    let Job(out, drafts, seq) = job;
+    let take = |seq: &mut Sequence, out: Out<'_>| match out {
         Out::Logits(l) => seq.sample_and_emit(l, vocab),
         Out::Device(Some(tok)) => seq.emit(tok, vocab),
         Out::Device(None) => seq.fail_runtime("the device sampler returned no token"),
+    };
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        take(seq, *out);
+        for (i, &o) in drafts.iter().enumerate() {
+            if !seq.draft_holds(i) {
+                break;
+            }
+            take(seq, o);
+        }
     }));
     if r.is_err() {
         tracing::error!(request_id = %seq.id, "sampling panicked; this request fails");

@@ -15,6 +15,7 @@ use super::admission::Permit;
 use super::backend::Backend;
 use super::sampler::{logprob_of, Sampler};
 use super::scheduler::{Chunk, SeqView};
+use super::speculate::{SpecMode, SpecState};
 use super::Submission;
 use crate::detok::StreamDetokenizer;
 use crate::model::{StepError, TokenId, Vocab};
@@ -86,6 +87,14 @@ pub(super) struct Sequence {
     admitted: Instant,
     prefill_done: Option<Instant>,
     first_token: Option<Instant>,
+    /// Speculative decoding (`core/speculate.rs`): its state, the drafts
+    /// pushed behind the pending token in this step, the prompt and output
+    /// so far (the n-gram lookup's history), tokens emitted by the last
+    /// step.
+    pub spec: Option<SpecState>,
+    pub drafts: Vec<TokenId>,
+    hist: Vec<TokenId>,
+    pub step_emitted: u32,
 }
 
 impl Sequence {
@@ -138,7 +147,48 @@ impl Sequence {
             admitted: Instant::now(),
             prefill_done: None,
             first_token: None,
+            spec: None,
+            drafts: Vec::new(),
+            hist: Vec::new(),
+            step_emitted: 0,
         }
+    }
+
+    /// Speculate from now on (admission decides: the memory must be cut
+    /// back after a rejected draft).
+    pub fn speculate(&mut self, mode: SpecMode, max: usize) {
+        if mode == SpecMode::Off || max == 0 {
+            return;
+        }
+        self.spec = Some(SpecState::new(mode, max));
+        if mode == SpecMode::Ngram {
+            self.hist = self.prompt.clone();
+        }
+    }
+
+    /// Most tokens this sequence may draft in the next step: its cap, and
+    /// room for every drafted token to be emitted (`max_tokens`, context).
+    pub fn draft_room(&self) -> usize {
+        let Some(s) = &self.spec else { return 0 };
+        if !self.is_decoding() || self.lagging() {
+            return 0;
+        }
+        let left = (self.max_tokens - self.generated).min(
+            self.ctx_limit
+                .saturating_sub(self.prompt.len() as u32 + self.generated),
+        );
+        s.max.min(left.saturating_sub(1) as usize)
+    }
+
+    /// Every token generated so far (the last is the pending one while
+    /// decoding).
+    pub fn output(&self) -> &[TokenId] {
+        &self.output
+    }
+
+    /// The prompt and output so far (n-gram speculation only).
+    pub fn history(&self) -> &[TokenId] {
+        &self.hist
     }
 
     pub fn view(&self) -> SeqView {
@@ -249,8 +299,12 @@ impl Sequence {
                 "decode planned without a pending token".into(),
             ));
         };
-        let row = rt.push(tok, self.n_past(), self.slot, true)?;
-        self.permit.consume(1);
+        let pos = self.n_past();
+        let row = rt.push(tok, pos, self.slot, true)?;
+        for (i, &d) in self.drafts.iter().enumerate() {
+            rt.push(d, pos + 1 + i as u32, self.slot, true)?;
+        }
+        self.permit.consume(1 + self.drafts.len() as u64);
         Ok(row)
     }
 
@@ -298,8 +352,9 @@ impl Sequence {
     /// push) must be computed again. Reservations go back accordingly.
     pub fn undo_step(&mut self, chunk_start: Option<usize>, decoded: bool) {
         if decoded {
-            self.permit.unconsume(1);
+            self.permit.unconsume(1 + self.drafts.len() as u64);
         }
+        self.drafts.clear();
         if let Some(start) = chunk_start.filter(|&s| s < self.computed) {
             self.permit.unconsume((self.computed - start) as u64);
             self.computed = start;
@@ -386,7 +441,15 @@ impl Sequence {
             }
         }
         self.generated += 1;
+        self.step_emitted += 1;
         self.output.push(tok);
+        if self
+            .spec
+            .as_ref()
+            .is_some_and(|s| s.mode == SpecMode::Ngram)
+        {
+            self.hist.push(tok);
+        }
         if self.first_token.is_none() {
             self.first_token = Some(Instant::now());
         }
@@ -420,6 +483,44 @@ impl Sequence {
         }
         self.pending = Some(tok);
         self.flush_text();
+    }
+
+    /// Whether draft `i` of this step was drawn (so row `i + 1`'s logits
+    /// follow the tokens emitted) and the sequence goes on.
+    pub fn draft_holds(&self, i: usize) -> bool {
+        self.outcome.is_none()
+            && self.pending.is_some()
+            && self.pending == self.drafts.get(i).copied()
+    }
+
+    /// After a speculative step's rows are drawn: the acceptance estimate
+    /// learns the run, and the cells of rejected drafts go back to the
+    /// reservation. Returns the cells the slot must keep (`kv_len`), where
+    /// drafts were pushed.
+    pub fn end_verify(&mut self) -> Option<usize> {
+        if self.drafts.is_empty() {
+            return None;
+        }
+        let k = self.drafts.len();
+        // Emitted tokens = accepted drafts + the one drawn after them.
+        let accepted = (self.step_emitted as usize).saturating_sub(1).min(k);
+        if let Some(s) = self.spec.as_mut() {
+            s.observe(k, accepted);
+        }
+        // Cells pushed: the pending token and k drafts; kept: the pending
+        // token and the accepted drafts.
+        let pushed = 1 + k as u64;
+        let kept = (self.step_emitted as u64).min(pushed);
+        self.permit.unconsume(pushed - kept);
+        self.drafts.clear();
+        Some(self.kv_len())
+    }
+
+    /// Tokens drafted and accepted over the request.
+    pub fn spec_counts(&self) -> (u64, u64) {
+        self.spec
+            .as_ref()
+            .map_or((0, 0), |s| (s.drafted, s.accepted))
     }
 
     fn fail_constraint(&mut self, e: String) {
@@ -501,6 +602,8 @@ impl Sequence {
             output_tokens: std::mem::take(&mut self.output),
             prompt_logprobs: self.prompt_lp.take(),
             device_sampled: self.device,
+            draft_tokens: self.spec_counts().0,
+            draft_accepted: self.spec_counts().1,
             constraint_ms: self
                 .constraint
                 .as_ref()

@@ -49,11 +49,27 @@ pub(crate) fn runtime_params(c: &EngineConfig) -> RuntimeParams {
 }
 
 fn owner_main(args: OwnerArgs, ok: std::sync::mpsc::SyncSender<Result<(), LoadError>>) {
-    let OwnerArgs { model, parts } = args;
+    let OwnerArgs {
+        model,
+        draft,
+        parts,
+    } = args;
     let rss_before = crate::memory::rss_bytes().unwrap_or(0);
     let mut rt = match model.new_runtime(&runtime_params(&parts.config)) {
         Ok(rt) => rt,
         Err(e) => {
+            let _ = ok.send(Err(e));
+            return;
+        }
+    };
+    // The draft model's runtime: the same slots, context and batch.
+    let draft_rt = match draft
+        .as_ref()
+        .map(|d| d.new_runtime(&runtime_params(&parts.config)))
+    {
+        None => None,
+        Some(Ok(d)) => Some(d),
+        Some(Err(e)) => {
             let _ = ok.send(Err(e));
             return;
         }
@@ -140,6 +156,9 @@ fn owner_main(args: OwnerArgs, ok: std::sync::mpsc::SyncSender<Result<(), LoadEr
     });
     let ctx_limit = parts.config.ctx_per_seq.min(model.facts.n_ctx_train.max(1));
     let mut owner = Owner::new(rt, model.vocab.clone(), kind, ctx_limit, parts);
+    if let Some(d) = draft_rt {
+        owner = owner.with_drafter(d);
+    }
     owner.memory.saved_window = model.facts.n_swa as usize;
     faults::run(owner);
 }

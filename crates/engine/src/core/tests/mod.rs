@@ -62,6 +62,7 @@ fn request(
         constraint: None,
         markers: None,
         adapters: Vec::new(),
+        speculative: None,
     }
 }
 /// A generation submission (for owners that must refuse one).
