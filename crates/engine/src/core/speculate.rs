@@ -144,13 +144,17 @@ impl SpecState {
 pub struct StepFit {
     /// w, x, y, xx, xy.
     s: [f64; 5],
+    /// Steps seen; the first (the runtime's warm-up: graph and buffer
+    /// allocation, several times a later step's cost) is left out.
+    seen: u64,
 }
 
 impl StepFit {
     const DECAY: f64 = 0.95;
 
     pub fn observe(&mut self, tokens: usize, ms: f64) {
-        if tokens == 0 || !ms.is_finite() {
+        self.seen += 1;
+        if tokens == 0 || !ms.is_finite() || self.seen == 1 {
             return;
         }
         let x = tokens as f64;
@@ -227,6 +231,21 @@ pub fn allot(
         n += p;
     }
     take
+}
+
+/// A request that has never been verified drafts a little once
+/// (`EXPLORE` tokens, within the batch's room) even where `allot` declined:
+/// its acceptance is otherwise the prior forever, and a request whose drafts
+/// would pay (text it copies) is never found out.
+pub fn explore(take: &mut [usize], cands: &[(usize, f64)], fresh: &[bool], room: usize) {
+    const EXPLORE: usize = 2;
+    let mut left = room.saturating_sub(take.iter().sum());
+    for ((t, &(cap, _)), &f) in take.iter_mut().zip(cands).zip(fresh) {
+        if f && *t == 0 && left > 0 {
+            *t = cap.min(EXPLORE).min(left);
+            left -= *t;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -307,6 +326,18 @@ mod tests {
         let gpu: Vec<(usize, f64)> = (0..64).map(|_| (4, 0.5)).collect();
         let t = allot(&gpu, 64, 64, 100, Some((10.0, 0.001)));
         assert_eq!(t.iter().sum::<usize>(), 100);
+        // A never-verified request tries a little once, within the room.
+        let mut t = vec![0, 0, 3];
+        explore(
+            &mut t,
+            &[(8, 0.5), (1, 0.5), (8, 0.5)],
+            &[true, true, true],
+            5,
+        );
+        assert_eq!(t, vec![2, 0, 3]);
+        let mut t = vec![0, 0];
+        explore(&mut t, &[(8, 0.5), (8, 0.5)], &[false, true], 100);
+        assert_eq!(t, vec![0, 2]);
         // No fit yet: the caps, within the room.
         assert_eq!(allot(&[(3, 0.1), (5, 0.1)], 2, 2, 6, None), vec![3, 3]);
     }

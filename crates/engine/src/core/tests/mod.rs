@@ -717,3 +717,4 @@ fn aligned_chunks_match_unaligned_output() {
 mod memory;
 
 mod adapters;
+mod speculate;

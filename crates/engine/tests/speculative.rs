@@ -1,0 +1,269 @@
+//! Speculative decoding through the real runtime (the default model,
+//! SmolLM2-135M-Instruct Q4_1): n-gram drafts and a draft model (a
+//! random-weight tiny Llama with the default model's tokenizer, written by
+//! `scripts/gen-random-gguf.py chat`; scripts/test.sh makes it) never change
+//! greedy output, sampled output keeps its distribution (a chi-square
+//! homogeneity test, and identity per seed), and a draft model whose
+//! vocabulary or memory does not fit is refused at start.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use steward_engine::{
+    Engine, EngineConfig, EngineHandle, Finished, GenerateRequest, SamplingParams, SpecMode,
+    SpecRequest, TokenId,
+};
+
+fn draft_gguf() -> PathBuf {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../target/arch-ggufs/draft-smollm2.gguf");
+    assert!(
+        p.exists(),
+        "{} missing: scripts/gen-random-gguf.py chat --src DEFAULT.gguf --template T --out {} (scripts/test.sh does this)",
+        p.display(),
+        p.display()
+    );
+    p
+}
+
+fn config(draft: Option<PathBuf>) -> EngineConfig {
+    let path = steward_engine::fetch::ensure_default_model().expect("default model");
+    let mut c = EngineConfig::new(path);
+    c.max_seqs = 16;
+    c.ctx_per_seq = 512;
+    c.prompt_budget = 256;
+    c.max_prefill_seqs = 16;
+    c.draft_model = draft;
+    c
+}
+
+async fn engine(draft: Option<PathBuf>) -> EngineHandle {
+    let h = Engine::start(config(draft)).expect("engine starts");
+    assert!(h.wait_ready().await);
+    h
+}
+
+fn request(
+    prompt: Vec<TokenId>,
+    max_tokens: u32,
+    sampling: SamplingParams,
+    mode: SpecMode,
+) -> GenerateRequest {
+    GenerateRequest {
+        id: "spec".into(),
+        prompt,
+        max_tokens,
+        sampling,
+        stop: vec![],
+        ignore_eos: true,
+        logprobs: None,
+        prompt_logprobs: false,
+        arrival: Instant::now(),
+        tokenized: Instant::now(),
+        deadline: None,
+        constraint: None,
+        markers: None,
+        adapters: Vec::new(),
+        speculative: Some(SpecRequest {
+            mode: Some(mode),
+            max_draft: Some(6),
+        }),
+    }
+}
+
+async fn chat(h: &EngineHandle, text: &str) -> Vec<TokenId> {
+    h.preparer()
+        .chat(steward_engine::chat::ChatPrompt::new(vec![
+            serde_json::json!({"role": "user", "content": text}),
+        ]))
+        .await
+        .unwrap()
+        .tokens
+}
+
+/// Every request at once (one continuous batch); each one's `Finished`.
+async fn all(h: &EngineHandle, reqs: Vec<GenerateRequest>) -> Vec<Finished> {
+    let streams: Vec<_> = reqs.into_iter().map(|r| h.submit(r).unwrap()).collect();
+    let mut out = Vec::new();
+    for s in streams {
+        out.push(s.collect().await.unwrap().1);
+    }
+    out
+}
+
+const GROUNDED: [&str; 4] = [
+    "Repeat this sentence exactly: The quick brown fox jumps over the lazy dog near the river bank.",
+    "Copy this list: apples, pears, plums, apples, pears, plums, apples, pears, plums.",
+    "Rewrite in capitals: the meeting starts at nine and the meeting ends at ten.",
+    "Repeat the code: for i in range(10): print(i); for i in range(10): print(i)",
+];
+
+fn greedy() -> SamplingParams {
+    SamplingParams {
+        temperature: 0.0,
+        ..Default::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn greedy_output_is_identical_with_ngram_and_draft_model() {
+    let h = engine(Some(draft_gguf())).await;
+    let mut prompts = Vec::new();
+    for p in GROUNDED {
+        prompts.push(chat(&h, p).await);
+    }
+    let run = |mode| {
+        let reqs = prompts
+            .iter()
+            .map(|p| request(p.clone(), 32, greedy(), mode))
+            .collect();
+        all(&h, reqs)
+    };
+    let plain = run(SpecMode::Off).await;
+    let ngram = run(SpecMode::Ngram).await;
+    let model = run(SpecMode::Draft).await;
+    for i in 0..prompts.len() {
+        assert_eq!(plain[i].output_tokens.len(), 32);
+        assert_eq!(plain[i].draft_tokens, 0);
+        assert_eq!(
+            ngram[i].output_tokens, plain[i].output_tokens,
+            "prompt {i}: n-gram speculation changed greedy output"
+        );
+        assert_eq!(
+            model[i].output_tokens, plain[i].output_tokens,
+            "prompt {i}: draft-model speculation changed greedy output"
+        );
+    }
+    let accepted: u64 = ngram.iter().map(|f| f.draft_accepted).sum();
+    let drafted: u64 = ngram.iter().map(|f| f.draft_tokens).sum();
+    assert!(
+        accepted > 0 && drafted >= accepted,
+        "input-grounded prompts: n-gram drafts accepted ({accepted} of {drafted})"
+    );
+    assert!(
+        model.iter().map(|f| f.draft_tokens).sum::<u64>() > 0,
+        "the draft model drafted"
+    );
+    let st = h.stats();
+    assert!(st.draft_steps_total > 0, "draft-model steps counted");
+    assert!(st.spec_accepted_tokens_total >= accepted);
+}
+
+/// The chi-square statistic's critical value at p = 0.001 (Wilson–Hilferty).
+fn chi2_critical(df: usize) -> f64 {
+    let k = df as f64;
+    let z = 3.09;
+    k * (1.0 - 2.0 / (9.0 * k) + z * (2.0 / (9.0 * k)).sqrt()).powi(3)
+}
+
+/// Two samples of one categorical variable: the homogeneity statistic and
+/// its degrees of freedom (categories under 10 in all are pooled).
+fn homogeneity(a: &[TokenId], b: &[TokenId]) -> (f64, usize) {
+    use std::collections::BTreeMap;
+    let mut n: BTreeMap<TokenId, (f64, f64)> = BTreeMap::new();
+    for &t in a {
+        n.entry(t).or_default().0 += 1.0;
+    }
+    for &t in b {
+        n.entry(t).or_default().1 += 1.0;
+    }
+    let mut cats: Vec<(f64, f64)> = Vec::new();
+    let mut rest = (0.0, 0.0);
+    for (_, (x, y)) in n {
+        if x + y >= 10.0 {
+            cats.push((x, y));
+        } else {
+            rest = (rest.0 + x, rest.1 + y);
+        }
+    }
+    if rest.0 + rest.1 > 0.0 {
+        cats.push(rest);
+    }
+    let (na, nb) = (a.len() as f64, b.len() as f64);
+    let total = na + nb;
+    let mut chi = 0.0;
+    for &(x, y) in &cats {
+        let col = x + y;
+        let (ea, eb) = (col * na / total, col * nb / total);
+        chi += (x - ea).powi(2) / ea + (y - eb).powi(2) / eb;
+    }
+    (chi, cats.len().saturating_sub(1))
+}
+
+/// Temperature 1 on a prompt whose continuation the n-gram drafter can
+/// guess: drafts are accepted often and rejected often. The tokens at each
+/// position, over many seeds, are distributed alike with and without
+/// speculation (disjoint seeds, so the arms are independent samples), and
+/// the same seed gives the same tokens (the verification draws the
+/// request's own random numbers in the same order).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sampled_output_keeps_its_distribution() {
+    let h = engine(None).await;
+    let prompt = h
+        .preparer()
+        .text("one two three four, one two three four, one two three four, one two three".into())
+        .await
+        .unwrap();
+    const N: u64 = 160;
+    const LEN: usize = 6;
+    let sampled = |seed| SamplingParams {
+        seed,
+        ..Default::default()
+    };
+    let arm = |mode, seeds: std::ops::Range<u64>| {
+        let reqs = seeds
+            .map(|s| request(prompt.clone(), LEN as u32, sampled(s), mode))
+            .collect();
+        all(&h, reqs)
+    };
+    let plain = arm(SpecMode::Off, 0..N).await;
+    let spec = arm(SpecMode::Ngram, 10_000..10_000 + N).await;
+    let drafted: u64 = spec.iter().map(|f| f.draft_tokens).sum();
+    let accepted: u64 = spec.iter().map(|f| f.draft_accepted).sum();
+    assert!(
+        accepted > 0 && accepted < drafted,
+        "drafts both accepted and rejected: {accepted} of {drafted}"
+    );
+    for pos in 0..LEN {
+        let col =
+            |v: &[Finished]| -> Vec<TokenId> { v.iter().map(|f| f.output_tokens[pos]).collect() };
+        let (chi, df) = homogeneity(&col(&plain), &col(&spec));
+        if df == 0 {
+            continue;
+        }
+        let crit = chi2_critical(df);
+        assert!(
+            chi < crit,
+            "position {pos}: chi-square {chi:.1} >= {crit:.1} (df {df}): speculation shifted the distribution"
+        );
+    }
+    // Same seeds: the same tokens.
+    let again = arm(SpecMode::Ngram, 0..24).await;
+    for (s, f) in again.iter().enumerate() {
+        assert_eq!(f.output_tokens, plain[s].output_tokens, "seed {s}");
+    }
+    assert!(again.iter().any(|f| f.draft_accepted > 0));
+}
+
+/// The homogeneity test rejects two samples that differ (it can fail).
+#[test]
+fn homogeneity_test_detects_a_shift() {
+    let a: Vec<TokenId> = (0..160).map(|i| (i % 4) as TokenId).collect();
+    let b: Vec<TokenId> = (0..160).map(|i| if i % 3 == 0 { 0 } else { 1 }).collect();
+    let (chi, df) = homogeneity(&a, &b);
+    assert!(chi > chi2_critical(df), "{chi} df {df}");
+    let (same, df) = homogeneity(&a, &a);
+    assert!(same < chi2_critical(df));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn draft_model_that_does_not_fit_is_refused_at_start() {
+    // Gemma 3 270M: another vocabulary.
+    let gemma = steward_engine::fetch::ensure_known_model("gemma3-270m").expect("Gemma 3 270M");
+    let e = Engine::start(config(Some(gemma))).err().expect("refused");
+    assert!(e.to_string().contains("vocabulary"), "{e}");
+    // The default model's tokenizer, but sliding-window memory.
+    let swa = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/arch-ggufs/gemma3.gguf");
+    let e = Engine::start(config(Some(swa))).err().expect("refused");
+    assert!(e.to_string().contains("full-attention"), "{e}");
+}
