@@ -5,6 +5,7 @@
 
 mod classes;
 mod client;
+mod grounded;
 mod html;
 mod mix;
 mod replay;

@@ -125,6 +125,10 @@ pub struct PromptSpec {
     /// Turns per conversation, replayed in order with the real replies.
     #[serde(default = "d_one")]
     pub turns: usize,
+    /// What each turn asks (`continue`: free text; `edit`, `summarize`,
+    /// `code`: input-grounded tasks, `grounded.rs`).
+    #[serde(default)]
+    pub task: crate::grounded::Task,
 }
 
 fn d_one() -> usize {
@@ -489,7 +493,7 @@ impl Workload {
                 ));
                 let seed = self.sampling.seeded.then(|| rng.next_u64() >> 1);
                 let mut turn = TurnPlan {
-                    user_text: format!("Continue this text: {}", text_of(&mut rng, n)),
+                    user_text: crate::grounded::user_text(self.prompt.task, &mut rng, n),
                     max_tokens,
                     slow_bytes_per_s: slow,
                     cancel,
@@ -606,6 +610,18 @@ pub const BUILTINS: &[(&str, &str)] = &[
         include_str!("../workloads/shared-system-1500.toml"),
     ),
     ("soak", include_str!("../workloads/soak.toml")),
+    (
+        "edit-grounded",
+        include_str!("../workloads/edit-grounded.toml"),
+    ),
+    (
+        "code-grounded",
+        include_str!("../workloads/code-grounded.toml"),
+    ),
+    (
+        "summarize-grounded",
+        include_str!("../workloads/summarize-grounded.toml"),
+    ),
 ];
 
 pub fn builtin(name: &str) -> Option<&'static str> {

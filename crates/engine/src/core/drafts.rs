@@ -39,9 +39,16 @@ impl<B: Backend> Owner<B> {
         let mut idx = Vec::new();
         let mut cands = Vec::new();
         let mut unseen = Vec::new();
+        // A step that carries a prompt chunk is already sized to the step
+        // target (the chunk's budget): drafts there would run past it and
+        // stall every decoder.
+        let carries_prompt = !plan.chunks.is_empty();
         for (i, s) in self.seqs.iter_mut().enumerate() {
             s.drafts.clear();
             s.step_emitted = 0;
+            if carries_prompt {
+                continue;
+            }
             // Suspects of a failed step run plainly until it is understood.
             if !self.suspects.is_empty() || !plan.decode.contains(&s.key) {
                 continue;
@@ -71,10 +78,11 @@ impl<B: Backend> Owner<B> {
         if idx.is_empty() {
             return;
         }
-        let rows = plan.n_tokens();
-        let room = self.n_batch.saturating_sub(rows);
-        let mut take =
-            speculate::allot(&cands, rows, plan.decode.len(), room, self.spec_fit.line());
+        // Drafts are weighed against the decoders' own step (a prompt chunk
+        // riding in it is work of its own, not time the drafts may spend).
+        let room = self.n_batch.saturating_sub(plan.n_tokens());
+        let dec = plan.decode.len();
+        let mut take = speculate::allot(&cands, dec, dec, room, self.spec_fit.line());
         speculate::explore(&mut take, &cands, &unseen, room);
         let mut by_model = Vec::new();
         for (&i, &k) in idx.iter().zip(&take) {

@@ -639,8 +639,15 @@ impl<B: Backend> Owner<B> {
         } else {
             0.0
         };
-        self.cost.observe(plan.decode.len(), n_prompt, ms, ctx);
-        self.spec_fit.observe(plan.n_tokens() + n_drafts, ms);
+        // Draft rows cost what decode rows do (both are single-position rows).
+        self.cost
+            .observe(plan.decode.len() + n_drafts, n_prompt, ms, ctx);
+        // The draft cost line is fitted on decode steps only: a prompt
+        // chunk's tokens cost less each than a decoder's extra rows (on
+        // the CPU the second row of a step costs most of the first).
+        if n_prompt == 0 {
+            self.spec_fit.observe(plan.decode.len() + n_drafts, ms);
+        }
         let record = crate::stats::StepRecord {
             n: 0,
             at_ms: crate::stats::unix_ms(),
