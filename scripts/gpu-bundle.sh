@@ -35,6 +35,11 @@ cp -r "$src/ggml" "$tmp/"
 touch "$tmp/ggml/ggml.pc.in" # the crate does not ship it; a standalone configure needs it
 tar czf "$b/ggml-src.tar.gz" -C "$tmp" ggml
 rm -rf "$tmp"
-cp scripts/gpu-cuda-module.sh scripts/gpu-run.sh scripts/gen-random-gguf.py "$b/"
+cp scripts/gpu-cuda-module.sh scripts/gpu-run.sh scripts/gpu-compare.sh scripts/gen-random-gguf.py "$b/"
+# The runtime's mixed-step bound, against the bundle's own libllama.
+g++ -O2 -std=c++17 -I"$src/include" -I"$src/ggml/include" scripts/gpu-mixstep.cpp -L"$b" -lllama -lggml \
+  -lggml-base -Wl,--disable-new-dtags,-rpath,'$ORIGIN' -o "$b/gpu-mixstep"
+# The default model's tokenizer, for random-weight models there.
+"${PY:-target/pyenv/bin/python3}" scripts/gen-random-gguf.py tokenizer "$("$CARGO_TARGET_DIR/release/steward" fetch-model)" "$b/tokenizer.json"
 echo "llama-cpp-sys-2 $ver" >"$b/VERSION"
 du -sh "$b"; ls "$b"
