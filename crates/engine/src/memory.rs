@@ -115,6 +115,72 @@ pub fn fit_sequences(
     Ok(n.min(max_seqs))
 }
 
+/// One GPU's memory as the runtime reports it (`ggml_backend_dev_memory`):
+/// bytes in total and free now, for every process on the device.
+#[derive(Debug, Clone, Serialize, PartialEq, Default)]
+pub struct DeviceMemory {
+    pub name: String,
+    pub total: u64,
+    pub free: u64,
+}
+
+/// Where a model's weights, KV pool and compute buffers live: the share of
+/// its layers offloaded to GPUs (llama.cpp keeps a layer's weights and, with
+/// KV offload, its KV on the layer's device).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Placement {
+    pub layers_on_device: u32,
+    pub n_layer: u32,
+}
+
+impl Placement {
+    pub const HOST: Placement = Placement {
+        layers_on_device: 0,
+        n_layer: 1,
+    };
+
+    pub fn name(&self) -> &'static str {
+        match self.layers_on_device {
+            0 => "host",
+            n if n >= self.n_layer => "device",
+            _ => "split",
+        }
+    }
+
+    /// The part of `bytes` (spread evenly over the layers) on the GPUs.
+    pub fn on_device(&self, bytes: u64) -> u64 {
+        let n = self.n_layer.max(1);
+        let d = self.layers_on_device.min(n);
+        (u128::from(bytes) * u128::from(d) / u128::from(n)) as u64
+    }
+}
+
+/// How many sequences fit the GPUs' free memory once the weights are
+/// loaded there: `device_free` (summed over the devices, read after the
+/// weights were placed), less `reserve` for compute buffers and the runtime,
+/// over the device share of a slot. `max_seqs` when nothing is offloaded.
+pub fn fit_sequences_on_device(
+    device_free: u64,
+    reserve: u64,
+    device_bytes_per_seq: u64,
+    max_seqs: usize,
+) -> Result<usize, String> {
+    if device_bytes_per_seq == 0 {
+        return Ok(max_seqs);
+    }
+    let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+    let n = (device_free.saturating_sub(reserve) / device_bytes_per_seq) as usize;
+    if n == 0 {
+        return Err(format!(
+            "GPU memory: {:.2} GiB free after the weights, {:.2} GiB kept for compute buffers: not enough for one sequence's KV ({:.2} GiB); lower --ctx-per-seq or offload fewer layers (--gpu-layers)",
+            gib(device_free),
+            gib(reserve),
+            gib(device_bytes_per_seq)
+        ));
+    }
+    Ok(n.min(max_seqs))
+}
+
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Ledger {
     pub budget: Option<u64>,
@@ -138,10 +204,34 @@ pub struct Ledger {
     pub mem_available: Option<u64>,
     pub mem_total: Option<u64>,
     pub psi_some_avg10: Option<f64>,
+    /// "host", "device" (every layer offloaded) or "split".
+    pub placement: &'static str,
+    /// The terms above that live in GPU memory (the offloaded share of the
+    /// weights, KV pool and compute buffers): counted against `devices`,
+    /// not against `rss`.
+    pub device_bytes: u64,
+    /// The terms in host memory; equals `rss`.
+    pub host_bytes: u64,
+    /// Each GPU as the runtime reports it now (empty without one).
+    pub devices: Vec<DeviceMemory>,
 }
 
 impl Ledger {
+    /// The ledger of a model whose memory is all on the host.
     pub fn from_parts(s: &EngineStats, weights: u64, budget: Option<u64>, rss: u64) -> Self {
+        Self::placed(s, weights, budget, rss, Placement::HOST, Vec::new())
+    }
+
+    /// The ledger with the offloaded share of weights, KV pool and compute
+    /// buffers counted in device memory and the rest against host RSS.
+    pub fn placed(
+        s: &EngineStats,
+        weights: u64,
+        budget: Option<u64>,
+        rss: u64,
+        at: Placement,
+        devices: Vec<DeviceMemory>,
+    ) -> Self {
         let bpc = s.kv_bytes_per_cell;
         let kv_pool = if s.kv_pool_bytes > 0 {
             s.kv_pool_bytes
@@ -158,7 +248,10 @@ impl Ledger {
         let kv_free =
             kv_pool.saturating_sub(live_state + reserved_growth + cached_prefixes + window_state);
         let checkpoints = s.checkpoint_bytes;
-        let known = weights + kv_pool + s.compute_bytes + host_prefixes + checkpoints;
+        let device_bytes = at.on_device(weights + kv_pool + s.compute_bytes);
+        let known =
+            (weights + kv_pool + s.compute_bytes - device_bytes) + host_prefixes + checkpoints;
+        let host_bytes = rss.max(known);
         Ledger {
             budget,
             weights,
@@ -172,14 +265,18 @@ impl Ledger {
             checkpoints,
             compute_buffers: s.compute_bytes,
             other: rss.saturating_sub(known),
-            rss: rss.max(known),
+            rss: host_bytes,
             mem_available: mem_available(),
             mem_total: mem_total(),
             psi_some_avg10: psi_some_avg10(),
+            placement: at.name(),
+            device_bytes,
+            host_bytes,
+            devices,
         }
     }
 
-    /// Sum of the terms (equals `rss`).
+    /// Sum of the terms: `rss` + `device_bytes` (`rss` on the host).
     pub fn sum(&self) -> u64 {
         self.weights
             + self.live_state
@@ -248,5 +345,58 @@ mod tests {
         // and the total is the known terms.
         let l = Ledger::from_parts(&s, 50_000, None, 10);
         assert_eq!(l.sum(), l.rss);
+        assert_eq!((l.placement, l.device_bytes), ("host", 0));
+    }
+
+    #[test]
+    fn offloaded_terms_count_against_the_device_not_rss() {
+        let s = EngineStats {
+            kv_bytes_per_cell: 100,
+            kv_cells_total: 1000,
+            compute_bytes: 5_000,
+            prefix_host_bytes: 7_000,
+            ..Default::default()
+        };
+        let gpu = vec![DeviceMemory {
+            name: "CUDA0".into(),
+            total: 1 << 30,
+            free: 1 << 29,
+        }];
+        let all = Placement {
+            layers_on_device: 30,
+            n_layer: 30,
+        };
+        // 40,000 bytes of host RSS: the host prefix tier and what the
+        // runtime holds beside it; weights and KV are on the GPU.
+        let l = Ledger::placed(&s, 50_000, None, 40_000, all, gpu.clone());
+        assert_eq!(l.placement, "device");
+        assert_eq!(l.device_bytes, 50_000 + 100_000 + 5_000);
+        assert_eq!((l.rss, l.host_bytes), (40_000, 40_000));
+        assert_eq!(l.other, 40_000 - 7_000);
+        assert_eq!(l.sum(), l.rss + l.device_bytes);
+        assert_eq!(l.devices, gpu);
+        // Half the layers offloaded: half of each term on the device.
+        let half = Placement {
+            layers_on_device: 15,
+            n_layer: 30,
+        };
+        let l = Ledger::placed(&s, 50_000, None, 200_000, half, Vec::new());
+        assert_eq!((l.placement, l.device_bytes), ("split", 77_500));
+        assert_eq!(l.other, 200_000 - 77_500 - 7_000);
+        assert_eq!(l.sum(), l.rss + l.device_bytes);
+    }
+
+    #[test]
+    fn sequences_fit_the_gpu_or_startup_says_why() {
+        let gib = 1u64 << 30;
+        assert_eq!(fit_sequences_on_device(10 * gib, gib, gib, 64), Ok(9));
+        assert_eq!(fit_sequences_on_device(100 * gib, gib, gib, 64), Ok(64));
+        assert_eq!(
+            fit_sequences_on_device(0, gib, 0, 8),
+            Ok(8),
+            "nothing offloaded"
+        );
+        let e = fit_sequences_on_device(gib + 10, gib, gib, 64).unwrap_err();
+        assert!(e.contains("not enough for one sequence"), "{e}");
     }
 }

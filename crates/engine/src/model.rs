@@ -106,6 +106,35 @@ pub fn gpu_devices() -> Result<Vec<String>, LoadError> {
     Ok(out)
 }
 
+/// Each GPU's memory as the runtime reports it now (total and free, for
+/// every process on the device). Empty without a GPU.
+pub fn gpu_memory() -> Vec<crate::memory::DeviceMemory> {
+    use llama_cpp_sys_2 as sys;
+    if backend().is_err() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    // SAFETY: as in `gpu_devices`; `ggml_backend_dev_memory` writes the two
+    // sizes it is given.
+    unsafe {
+        for i in 0..sys::ggml_backend_dev_count() {
+            let d = sys::ggml_backend_dev_get(i);
+            if sys::ggml_backend_dev_type(d) != sys::GGML_BACKEND_DEVICE_TYPE_GPU {
+                continue;
+            }
+            let (mut free, mut total) = (0usize, 0usize);
+            sys::ggml_backend_dev_memory(d, &mut free, &mut total);
+            let name = std::ffi::CStr::from_ptr(sys::ggml_backend_dev_name(d));
+            out.push(crate::memory::DeviceMemory {
+                name: name.to_string_lossy().into_owned(),
+                total: total as u64,
+                free: free as u64,
+            });
+        }
+    }
+    out
+}
+
 /// Facts read from the GGUF at load time.
 #[derive(Debug, Clone)]
 pub struct ModelFacts {

@@ -729,7 +729,7 @@ pub fn render_vllm_latency(o: &mut String, h: &HttpMetrics) {
 
 /// Every ledger term as a gauge, `steward_memory_bytes{term=...}`.
 pub fn render_ledger(o: &mut String, l: &steward_engine::memory::Ledger) {
-    let _ = writeln!(o, "# HELP steward_memory_bytes Memory ledger terms (they add up to term=\"rss\")\n# TYPE steward_memory_bytes gauge");
+    let _ = writeln!(o, "# HELP steward_memory_bytes Memory ledger terms (they add up to term=\"rss\" plus term=\"device_bytes\", the share in GPU memory)\n# TYPE steward_memory_bytes gauge");
     let terms = [
         ("weights", Some(l.weights)),
         ("live_state", Some(l.live_state)),
@@ -743,6 +743,7 @@ pub fn render_ledger(o: &mut String, l: &steward_engine::memory::Ledger) {
         ("compute_buffers", Some(l.compute_buffers)),
         ("other", Some(l.other)),
         ("rss", Some(l.rss)),
+        ("device_bytes", Some(l.device_bytes)),
         ("budget", l.budget),
         ("os_available", l.mem_available),
         ("os_total", l.mem_total),
@@ -750,6 +751,22 @@ pub fn render_ledger(o: &mut String, l: &steward_engine::memory::Ledger) {
     for (t, v) in terms {
         if let Some(v) = v {
             let _ = writeln!(o, "steward_memory_bytes{{term=\"{t}\"}} {v}");
+        }
+    }
+    if !l.devices.is_empty() {
+        let _ = writeln!(o, "# HELP steward_gpu_memory_bytes Each GPU's memory as the runtime reports it\n# TYPE steward_gpu_memory_bytes gauge");
+        for d in &l.devices {
+            let n = d.name.replace(['"', '\\', '\n'], "_");
+            let _ = writeln!(
+                o,
+                "steward_gpu_memory_bytes{{device=\"{n}\",kind=\"total\"}} {}",
+                d.total
+            );
+            let _ = writeln!(
+                o,
+                "steward_gpu_memory_bytes{{device=\"{n}\",kind=\"free\"}} {}",
+                d.free
+            );
         }
     }
     if let Some(p) = l.psi_some_avg10 {

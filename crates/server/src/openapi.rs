@@ -1077,11 +1077,23 @@ fn ledger() -> Value {
         "compute_buffers",
         "other",
         "rss",
+        "device_bytes",
+        "host_bytes",
     ];
     let mut props = serde_json::Map::new();
     for t in terms {
         props.insert(t.into(), count());
     }
+    props.insert(
+        "placement".into(),
+        json!({"type": "string", "enum": ["host", "device", "split"]}),
+    );
+    props.insert(
+        "devices".into(),
+        json!({"type": "array", "items": obj(&["name", "total", "free"], json!({
+            "name": {"type": "string"}, "total": count(), "free": count(),
+        }))}),
+    );
     for t in ["budget", "mem_available", "mem_total"] {
         props.insert(t.into(), json!({"type": ["integer", "null"], "minimum": 0}));
     }
@@ -1107,6 +1119,8 @@ fn ledger() -> Value {
     );
     let mut required: Vec<&str> = terms.to_vec();
     required.extend([
+        "placement",
+        "devices",
         "sum_of_terms",
         "models",
         "registry_budget",

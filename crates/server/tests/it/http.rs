@@ -600,6 +600,11 @@ async fn timings_are_monotonic_and_ledger_adds_up() {
     ];
     let sum: u64 = terms.iter().map(|k| l[k].as_u64().unwrap()).sum();
     assert_eq!(sum, l["rss"].as_u64().unwrap(), "{l}");
+    // The CPU build: everything in host memory, nothing on a device.
+    assert_eq!(l["placement"], "host", "{l}");
+    assert_eq!(l["device_bytes"], 0, "{l}");
+    assert_eq!(l["host_bytes"], l["rss"], "{l}");
+    assert_eq!(l["devices"], serde_json::json!([]), "{l}");
     assert_eq!(
         l["kv_pool"].as_u64().unwrap(),
         l["live_state"].as_u64().unwrap()
