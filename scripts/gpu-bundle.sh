@@ -40,6 +40,6 @@ cp scripts/gpu-cuda-module.sh scripts/gpu-run.sh scripts/gpu-compare.sh scripts/
 g++ -O2 -std=c++17 -I"$src/include" -I"$src/ggml/include" scripts/gpu-mixstep.cpp -L"$b" -lllama -lggml \
   -lggml-base -Wl,--disable-new-dtags,-rpath,'$ORIGIN' -o "$b/gpu-mixstep"
 # The default model's tokenizer, for random-weight models there.
-"${PY:-target/pyenv/bin/python3}" scripts/gen-random-gguf.py tokenizer "$("$CARGO_TARGET_DIR/release/steward" fetch-model)" "$b/tokenizer.json"
+"${PY:-target/pyenv/bin/python3}" scripts/gen-random-gguf.py tokenizer "$("$root/target/release/steward" fetch-model 2>/dev/null || "$CARGO_TARGET_DIR/release/steward" fetch-model)" "$b/tokenizer.json"
 echo "llama-cpp-sys-2 $ver" >"$b/VERSION"
 du -sh "$b"; ls "$b"
