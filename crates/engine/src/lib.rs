@@ -455,15 +455,6 @@ fn bytes_per_cell(model: &model::LoadedModel, c: &EngineConfig) -> u64 {
     per_seq.div_ceil(u64::from(c.ctx_per_seq.max(1)))
 }
 
-/// Where a model's layers run: those offloaded (`n_gpu_layers`, only set
-/// when the runtime found a GPU) out of its layers.
-fn placement(c: &EngineConfig, f: &model::ModelFacts) -> memory::Placement {
-    memory::Placement {
-        layers_on_device: c.n_gpu_layers.min(f.n_layer),
-        n_layer: f.n_layer.max(1),
-    }
-}
-
 /// A model mapped and measured, not yet serving: what it will hold is
 /// known before its context exists, so a registry can make room first
 /// (`Engine::load`, then `Loaded::start`).
@@ -516,23 +507,18 @@ impl Loaded {
     /// owner, within `budget` bytes (fewer slots than configured when they
     /// do not all fit; an error when not even one does).
     pub fn start(mut self, budget: Option<u64>) -> Result<EngineHandle, LoadError> {
-        let at = placement(&self.config, &self.model.facts);
+        let at = memory::Placement::of(self.config.n_gpu_layers, self.model.facts.n_layer);
         let host = |b: u64| b - at.on_device(b);
         let mut fits = Vec::new();
         if let Some(budget) = budget {
             // The host budget holds the host share only: offloaded weights
             // and KV are in device memory.
-            let host_cell = host(self.cell_bytes());
             let fit = memory::fit_sequences(
                 budget,
                 host(self.weights()),
                 self.overhead(),
-                host_cell,
-                if host_cell == 0 {
-                    0
-                } else {
-                    self.config.ctx_per_seq
-                },
+                host(self.cell_bytes()),
+                self.config.ctx_per_seq,
                 self.config.max_seqs,
             )
             .map_err(LoadError::Budget)?;
@@ -541,16 +527,10 @@ impl Loaded {
         if at.layers_on_device > 0 {
             // The weights are on the GPUs already; the KV pool is allocated
             // when the owner creates its context: fit it into what is free.
-            let gpus = model::gpu_memory();
-            let free: u64 = gpus.iter().map(|d| d.free).sum();
-            let total: u64 = gpus.iter().map(|d| d.total).sum();
             let per_seq = at.on_device(self.cell_bytes() * u64::from(self.config.ctx_per_seq));
-            let reserve = (1u64 << 30).max(total / 20);
-            if !gpus.is_empty() {
-                let fit =
-                    memory::fit_sequences_on_device(free, reserve, per_seq, self.config.max_seqs)
-                        .map_err(LoadError::Budget)?;
-                fits.push((fit, "GPU memory"));
+            let gpus = model::gpu_memory().unwrap_or_default();
+            if let Some(fit) = memory::fit_on_gpus(&gpus, per_seq, self.config.max_seqs) {
+                fits.push((fit.map_err(LoadError::Budget)?, "GPU memory"));
             }
         }
         for (fit, what) in fits {
@@ -803,9 +783,10 @@ impl EngineHandle {
     /// The ledger from a snapshot already read (`stats()`).
     pub fn ledger_of(&self, s: &EngineStats) -> memory::Ledger {
         let rss = memory::rss_bytes().unwrap_or(0);
-        let at = placement(&self.shared.config, &self.shared.model.facts);
+        let (c, f) = (&self.shared.config, &self.shared.model.facts);
+        let at = memory::Placement::of(c.n_gpu_layers, f.n_layer);
         let gpus = if at.layers_on_device > 0 {
-            model::gpu_memory()
+            model::gpu_memory().unwrap_or_default()
         } else {
             Vec::new()
         };

@@ -139,6 +139,15 @@ impl Placement {
         n_layer: 1,
     };
 
+    /// `n_gpu_layers` (only set when the runtime found a GPU) of a model's
+    /// `n_layer`.
+    pub fn of(n_gpu_layers: u32, n_layer: u32) -> Placement {
+        Placement {
+            layers_on_device: n_gpu_layers.min(n_layer),
+            n_layer: n_layer.max(1),
+        }
+    }
+
     pub fn name(&self) -> &'static str {
         match self.layers_on_device {
             0 => "host",
@@ -153,6 +162,28 @@ impl Placement {
         let d = self.layers_on_device.min(n);
         (u128::from(bytes) * u128::from(d) / u128::from(n)) as u64
     }
+}
+
+/// How many sequences fit the GPUs (`None` without one): their free memory
+/// once the weights are there, less max(1 GiB, 5% of their total) for
+/// compute buffers and the runtime, over the device share of a slot.
+pub fn fit_on_gpus(
+    gpus: &[DeviceMemory],
+    device_bytes_per_seq: u64,
+    max_seqs: usize,
+) -> Option<Result<usize, String>> {
+    if gpus.is_empty() {
+        return None;
+    }
+    let free = gpus.iter().map(|d| d.free).sum();
+    let total: u64 = gpus.iter().map(|d| d.total).sum();
+    let reserve = (1u64 << 30).max(total / 20);
+    Some(fit_sequences_on_device(
+        free,
+        reserve,
+        device_bytes_per_seq,
+        max_seqs,
+    ))
 }
 
 /// How many sequences fit the GPUs' free memory once the weights are
@@ -208,10 +239,8 @@ pub struct Ledger {
     pub placement: &'static str,
     /// The terms above that live in GPU memory (the offloaded share of the
     /// weights, KV pool and compute buffers): counted against `devices`,
-    /// not against `rss`.
+    /// not against `rss` (which is what host memory holds).
     pub device_bytes: u64,
-    /// The terms in host memory; equals `rss`.
-    pub host_bytes: u64,
     /// Each GPU as the runtime reports it now (empty without one).
     pub devices: Vec<DeviceMemory>,
 }
@@ -251,7 +280,6 @@ impl Ledger {
         let device_bytes = at.on_device(weights + kv_pool + s.compute_bytes);
         let known =
             (weights + kv_pool + s.compute_bytes - device_bytes) + host_prefixes + checkpoints;
-        let host_bytes = rss.max(known);
         Ledger {
             budget,
             weights,
@@ -265,13 +293,12 @@ impl Ledger {
             checkpoints,
             compute_buffers: s.compute_bytes,
             other: rss.saturating_sub(known),
-            rss: host_bytes,
+            rss: rss.max(known),
             mem_available: mem_available(),
             mem_total: mem_total(),
             psi_some_avg10: psi_some_avg10(),
             placement: at.name(),
             device_bytes,
-            host_bytes,
             devices,
         }
     }
@@ -371,7 +398,7 @@ mod tests {
         let l = Ledger::placed(&s, 50_000, None, 40_000, all, gpu.clone());
         assert_eq!(l.placement, "device");
         assert_eq!(l.device_bytes, 50_000 + 100_000 + 5_000);
-        assert_eq!((l.rss, l.host_bytes), (40_000, 40_000));
+        assert_eq!(l.rss, 40_000);
         assert_eq!(l.other, 40_000 - 7_000);
         assert_eq!(l.sum(), l.rss + l.device_bytes);
         assert_eq!(l.devices, gpu);
@@ -398,5 +425,17 @@ mod tests {
         );
         let e = fit_sequences_on_device(gib + 10, gib, gib, 64).unwrap_err();
         assert!(e.contains("not enough for one sequence"), "{e}");
+        let gpu = |total, free| DeviceMemory {
+            name: "CUDA0".into(),
+            total,
+            free,
+        };
+        assert_eq!(fit_on_gpus(&[], gib, 64), None);
+        // 100 GiB total keeps 5 GiB back; 2 GiB total keeps 1 GiB.
+        assert_eq!(
+            fit_on_gpus(&[gpu(100 * gib, 20 * gib)], gib, 64),
+            Some(Ok(15))
+        );
+        assert_eq!(fit_on_gpus(&[gpu(2 * gib, 2 * gib)], gib, 64), Some(Ok(1)));
     }
 }

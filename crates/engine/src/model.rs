@@ -89,33 +89,18 @@ fn backend() -> Result<&'static LlamaBackend, LoadError> {
 /// GPU devices the runtime can offload to (names), after its backends are
 /// loaded. Empty on a CPU build or a machine without a usable GPU.
 pub fn gpu_devices() -> Result<Vec<String>, LoadError> {
-    use llama_cpp_sys_2 as sys;
-    backend()?;
-    let mut out = Vec::new();
-    // SAFETY: ggml's device registry is initialised by `backend()`; names
-    // are static C strings owned by the registry.
-    unsafe {
-        for i in 0..sys::ggml_backend_dev_count() {
-            let d = sys::ggml_backend_dev_get(i);
-            if sys::ggml_backend_dev_type(d) == sys::GGML_BACKEND_DEVICE_TYPE_GPU {
-                let name = std::ffi::CStr::from_ptr(sys::ggml_backend_dev_name(d));
-                out.push(name.to_string_lossy().into_owned());
-            }
-        }
-    }
-    Ok(out)
+    Ok(gpu_memory()?.into_iter().map(|d| d.name).collect())
 }
 
 /// Each GPU's memory as the runtime reports it now (total and free, for
 /// every process on the device). Empty without a GPU.
-pub fn gpu_memory() -> Vec<crate::memory::DeviceMemory> {
+pub fn gpu_memory() -> Result<Vec<crate::memory::DeviceMemory>, LoadError> {
     use llama_cpp_sys_2 as sys;
-    if backend().is_err() {
-        return Vec::new();
-    }
+    backend()?;
     let mut out = Vec::new();
-    // SAFETY: as in `gpu_devices`; `ggml_backend_dev_memory` writes the two
-    // sizes it is given.
+    // SAFETY: ggml's device registry is initialised by `backend()`; names
+    // are static C strings owned by the registry; `ggml_backend_dev_memory`
+    // writes the two sizes it is given.
     unsafe {
         for i in 0..sys::ggml_backend_dev_count() {
             let d = sys::ggml_backend_dev_get(i);
@@ -132,7 +117,7 @@ pub fn gpu_memory() -> Vec<crate::memory::DeviceMemory> {
             });
         }
     }
-    out
+    Ok(out)
 }
 
 /// Facts read from the GGUF at load time.

@@ -757,16 +757,12 @@ pub fn render_ledger(o: &mut String, l: &steward_engine::memory::Ledger) {
         let _ = writeln!(o, "# HELP steward_gpu_memory_bytes Each GPU's memory as the runtime reports it\n# TYPE steward_gpu_memory_bytes gauge");
         for d in &l.devices {
             let n = d.name.replace(['"', '\\', '\n'], "_");
-            let _ = writeln!(
-                o,
-                "steward_gpu_memory_bytes{{device=\"{n}\",kind=\"total\"}} {}",
-                d.total
-            );
-            let _ = writeln!(
-                o,
-                "steward_gpu_memory_bytes{{device=\"{n}\",kind=\"free\"}} {}",
-                d.free
-            );
+            for (kind, v) in [("total", d.total), ("free", d.free)] {
+                let _ = writeln!(
+                    o,
+                    "steward_gpu_memory_bytes{{device=\"{n}\",kind=\"{kind}\"}} {v}"
+                );
+            }
         }
     }
     if let Some(p) = l.psi_some_avg10 {

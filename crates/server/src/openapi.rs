@@ -1078,7 +1078,6 @@ fn ledger() -> Value {
         "other",
         "rss",
         "device_bytes",
-        "host_bytes",
     ];
     let mut props = serde_json::Map::new();
     for t in terms {
