@@ -16,11 +16,16 @@
 #                  shared-prefix at 4 and 32 clients
 #          stall   long-prefill-16k on each server in turn (Steward with its
 #                  step trace: the server-side cadence of every decoder)
+#          target  Steward alone, two instances: the GPU defaults beside the
+#                  step target always on (--target-min-prompt 0) at uniform-128
+#                  1,64,128 and chat-mixed 32, the fitted step cost terms of
+#                  each (steward_step_cost_model_ms), then long-prefill-16k on
+#                  the defaults with the step trace (no llama-server needed)
 set -euo pipefail
 b="$(cd "$(dirname "$0")" && pwd)"
 out="${1:?usage: gpu-compare.sh OUTDIR}"; mkdir -p "$out"
 cd "$b"
-: "${LLAMA_SERVER:?set LLAMA_SERVER}"
+case " ${PHASES:-bound levels stall} " in *" levels "*|*" stall "*) : "${LLAMA_SERVER:?set LLAMA_SERVER}" ;; esac
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader >"$out/gpu.txt" 2>&1 || true
 ./gpu-cuda-module.sh >/dev/null
 shape="${SHAPE:-8b}"; type="${TYPE:-f16}"; model="/tmp/random-$shape-$type.gguf"
@@ -60,6 +65,27 @@ for phase in $phases; do
       done
       curl -sf http://127.0.0.1:8500/metrics >"$out/metrics-levels.txt" || true
       curl -sf http://127.0.0.1:8500/debug/ledger >"$out/ledger-levels.json" || true
+      stop ;;
+    target)
+      sv() { RUST_LOG=info ./steward serve --model "$model" --port "$1" --served-model-name random \
+        --max-seqs 128 --ctx-per-seq 1536 "${@:2}" >"$out/steward-target-$1.log" 2>&1 & pids+=($!); }
+      sv 8500; sv 8502 --target-min-prompt 0
+      ready http://127.0.0.1:8500/ready && ready http://127.0.0.1:8502/ready
+      ab=(--url http://127.0.0.1:8500 --name defaults --url http://127.0.0.1:8502 --name target-always --settle-s 2)
+      ./steward-bench compare "${ab[@]}" --workload uniform-128 --ignore-eos --levels "${LEVELS:-1,64,128}" \
+        --per-client 2 --out "$out/target-uniform-128.json" 2>"$out/target-uniform-128.log" | tee "$out/target-uniform-128.md"
+      ./steward-bench compare "${ab[@]}" --workload chat-mixed --levels 32 --per-client 2 \
+        --out "$out/target-chat-mixed.json" 2>"$out/target-chat-mixed.log" | tee "$out/target-chat-mixed.md"
+      for p in 8500 8502; do
+        curl -sf "http://127.0.0.1:$p/metrics" | grep steward_step_cost_model_ms | tee "$out/cost-$p.txt" || true
+      done
+      stop
+      RUST_LOG=info,steward_engine=trace,llama-cpp-2=off ./steward serve --model "$model" --port 8500 \
+        --served-model-name random --max-seqs 33 --ctx-per-seq 16640 >"$out/steward-target-stall.log" 2>&1 & pids+=($!)
+      ready http://127.0.0.1:8500/ready
+      ./steward-bench run --url http://127.0.0.1:8500 --workload long-prefill-16k --settle-s 2 \
+        --out "$out/target-stall.json" 2>>"$out/stall.log" | tail -4
+      curl -sf http://127.0.0.1:8500/metrics | grep steward_step_cost_model_ms | tee "$out/cost-stall.txt" || true
       stop ;;
     stall)
       TRACE=1 serve --max-seqs 33 --ctx-per-seq 16640 -- -np 33 -c 45056 -kvu

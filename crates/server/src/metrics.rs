@@ -799,6 +799,17 @@ pub fn render_phase(o: &mut String, e: &EngineStats, drain: Option<std::time::Du
         "# HELP steward_step_duration_max_seconds Longest engine step so far\n# TYPE steward_step_duration_max_seconds gauge\nsteward_step_duration_max_seconds {}",
         e.step_ms.max_ms / 1e3
     );
+    if let Some(c) = e.step_cost {
+        let _ = writeln!(o, "# HELP steward_step_cost_model_ms The step cost model's fitted terms: decode step, the pass prompt tokens add, a prompt token, and its growth per 1,000 positions of context\n# TYPE steward_step_cost_model_ms gauge");
+        for (t, v) in [
+            ("decode", c.decode),
+            ("pass", c.pass),
+            ("token", c.token),
+            ("token_per_1k_ctx", c.ctx_slope * 1e3),
+        ] {
+            let _ = writeln!(o, "steward_step_cost_model_ms{{term=\"{t}\"}} {v}");
+        }
+    }
     let _ = writeln!(
         o,
         "# HELP steward_memory_kind_info How the model's memory holds a sequence (attention, sliding_window, recurrent, hybrid) and its window\n# TYPE steward_memory_kind_info gauge\nsteward_memory_kind_info{{kind=\"{}\",swa_window=\"{}\"}} 1",

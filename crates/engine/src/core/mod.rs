@@ -611,12 +611,14 @@ impl<B: Backend> Owner<B> {
             .collect();
         rows::emit(jobs, &self.vocab, self.config.sample_threads);
         let n_drafts: usize = self.seqs.iter().map(|s| s.drafts.len()).sum();
+        let passes = self.passes(&plan);
         let emitted: u64 = self.seqs.iter().map(|s| u64::from(s.step_emitted)).sum();
         self.end_drafts();
         let out_ms = t_out.elapsed().as_secs_f64() * 1e3;
         let ms = t.elapsed().as_secs_f64() * 1e3;
         tracing::trace!(
             decode = plan.decode.len(),
+            passes,
             chunks = plan.chunks.len(),
             prompt = n_prompt,
             runtime_ms = runtime_ms,
@@ -660,6 +662,7 @@ impl<B: Backend> Owner<B> {
             out_ms: (overlap_ms + out_ms) as f32,
             ms: ms as f32,
         };
+        let cost = self.cost.cost();
         self.stats.send_modify(|s| {
             s.steps += 1;
             let rec = crate::stats::StepRecord {
@@ -669,6 +672,7 @@ impl<B: Backend> Owner<B> {
             crate::stats::push_bounded(&mut s.recent_steps, crate::stats::STEP_HISTORY, rec);
             s.step_runtime_ms_total += runtime_ms;
             s.step_ms.observe(ms);
+            s.step_cost = cost;
             s.prompt_tokens_after_cancel += wasted as u64;
             s.step_host_ms_total += ms - runtime_ms;
             if let Some(g) = gap_ms {

@@ -253,26 +253,99 @@ pub fn overdue(
     (picked.into_iter().map(|p| p.0).collect(), tokens)
 }
 
+/// Passes over the weights llama.cpp makes for one batch with per-slot KV
+/// streams (`split_equal`, sequential): each ubatch is a run of consecutive
+/// slot ids (in batch order, which is slot order here) taking the same
+/// number of tokens from each, at most `n_ubatch` in all. `rows` is
+/// (slot, tokens) in slot order. For the step trace: what a batch's layout
+/// costs beyond its tokens.
+pub fn passes(rows: &[(usize, usize)], n_ubatch: usize) -> usize {
+    let mut left: Vec<(usize, usize)> = rows.iter().copied().filter(|r| r.1 > 0).collect();
+    let n_ubatch = n_ubatch.max(1);
+    let mut n = 0;
+    while !left.is_empty() {
+        // The run starting at the first sequence with tokens left.
+        let mut end = 1;
+        while end < left.len() && left[end].0 == left[end - 1].0 + 1 && end < n_ubatch {
+            end += 1;
+        }
+        let run = &mut left[..end];
+        let min = run.iter().map(|r| r.1).min().unwrap_or(1);
+        let take = min.min((n_ubatch / end).max(1));
+        for r in run.iter_mut() {
+            r.1 -= take;
+        }
+        left.retain(|r| r.1 > 0);
+        n += 1;
+    }
+    n
+}
+
 /// Learns what a step costs, to derive the prompt budget from a target
 /// step time (the decoders' inter-token latency). Pure arithmetic.
 ///
-/// A prompt token's cost grows with its position (attention over every
-/// earlier cell): measured here, 1.7 ms at the start of a prompt and 7.5 ms
-/// at 3,000 tokens (Q4_0, flash attention). So the per-token cost is a line
-/// in the context position, fitted by least squares with exponential
-/// forgetting; a plain average lagged behind a growing prompt and let steps
-/// overshoot their target by 85%.
+/// What prompt tokens add to a decode step is fitted as
+/// `pass + token · k + ctx_slope · k · ctx` for a chunk of k tokens at mean
+/// context position ctx, by least squares with exponential forgetting:
+/// - the per-token cost grows with position (attention over every earlier
+///   cell): on the CPU 1.7 ms at the start of a prompt and 7.5 ms at 3,000
+///   tokens (Q4_0, flash attention); a plain average lagged behind a
+///   growing prompt and let steps overshoot their target by 85%;
+/// - on a GPU the first prompt token costs most: beside 64 decoders with
+///   per-slot KV streams, 32 prompt tokens took the step from 8.4 to 18.9 ms
+///   and 512 to 30.8 (H200, 8B F16): a second pass, then ~0.025 ms a token.
+///   A per-token price spread that pass over small chunks (0.33 ms a token),
+///   so a 50 ms target allowed ~125 tokens where ~1,200 fit.
+///
+/// Terms the data cannot tell apart (every chunk the same size, every
+/// chunk at one position) or that come out negative are left out of the
+/// fit: of the nested models that remain, the one with the least residual.
 #[derive(Debug, Clone, Default)]
 pub struct StepCostModel {
     /// EWMA of steps without prompt tokens, ms.
     decode_ms: Option<f64>,
-    /// Forgetting sums of (context x, per-token ms y): w, x, y, xx, xy.
-    fit: [f64; 5],
+    /// Forgetting normal equations over features (1, k, k·ctx) scaled by
+    /// `SCALE`, with y = the step's ms beyond the decode step: w·xxᵀ, w·xy,
+    /// w·y².
+    xx: [[f64; 3]; 3],
+    xy: [f64; 3],
+    yy: f64,
+}
+
+/// The fitted terms, ms (see [`StepCostModel`]).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct StepCost {
+    pub decode: f64,
+    pub pass: f64,
+    pub token: f64,
+    /// Per token per position of context.
+    pub ctx_slope: f64,
+}
+
+impl StepCost {
+    /// Marginal cost of one prompt token at context position `ctx`, ms.
+    pub fn token_at(&self, ctx: f64) -> f64 {
+        (self.token + self.ctx_slope * ctx).max(0.001)
+    }
+
+    /// Prompt tokens that fit in `room` ms beyond the decode step, as one
+    /// chunk starting at position `ctx` (its tokens cost more as it grows).
+    fn tokens_in(&self, room: f64, ctx: f64) -> f64 {
+        let room = room - self.pass;
+        if room <= 0.0 {
+            return 0.0;
+        }
+        // ctx_slope/2 · k² + (token + ctx_slope · ctx) · k = room.
+        let b = self.token_at(ctx);
+        2.0 * room / (b + (b * b + 2.0 * self.ctx_slope * room).sqrt())
+    }
 }
 
 impl StepCostModel {
     const ALPHA: f64 = 0.2;
-    const DECAY: f64 = 0.85;
+    const DECAY: f64 = 0.9;
+    /// Feature scales: keeps the normal equations near unit size.
+    const SCALE: [f64; 3] = [1.0, 1e-2, 1e-5];
 
     /// One completed step: `ctx` is the mean position of its prompt tokens.
     pub fn observe(&mut self, n_decode: usize, n_prompt: usize, ms: f64, ctx: f64) {
@@ -288,34 +361,116 @@ impl StepCostModel {
         } else {
             0.0
         };
-        let y = ((ms - base) / n_prompt as f64).max(0.001);
-        let f = &mut self.fit;
-        for (s, v) in f.iter_mut().zip([1.0, ctx, y, ctx * ctx, ctx * y]) {
-            *s = *s * Self::DECAY + v;
+        let y = (ms - base).max(0.0);
+        let k = n_prompt as f64;
+        let x = [1.0, k, k * ctx];
+        let x: [f64; 3] = std::array::from_fn(|i| x[i] * Self::SCALE[i]);
+        for i in 0..3 {
+            for j in 0..3 {
+                self.xx[i][j] = self.xx[i][j] * Self::DECAY + x[i] * x[j];
+            }
+            self.xy[i] = self.xy[i] * Self::DECAY + x[i] * y;
         }
+        self.yy = self.yy * Self::DECAY + y * y;
     }
 
-    /// Learned cost of one prompt token at context position `ctx`, ms.
-    pub fn prompt_token_ms_at(&self, ctx: f64) -> Option<f64> {
-        let [w, x, y, xx, xy] = self.fit;
-        if w <= 0.0 {
+    /// The fitted terms (None before any step with prompt tokens).
+    pub fn cost(&self) -> Option<StepCost> {
+        if self.xx[1][1] <= 0.0 {
             return None;
         }
-        let (mx, my) = (x / w, y / w);
-        let var = xx / w - mx * mx;
-        // Never cheaper further into a prompt; no slope from one position.
-        let slope = if var > 1.0 {
-            ((xy / w - mx * my) / var).max(0.0)
-        } else {
-            0.0
-        };
-        Some((my + slope * (ctx - mx)).max(0.001))
+        // Nested subsets of (pass, token, ctx_slope); token is always in.
+        let subsets: [&[usize]; 4] = [&[0, 1, 2], &[1, 2], &[0, 1], &[1]];
+        let mut best: Option<([f64; 3], f64)> = None;
+        for s in subsets {
+            let Some(beta) = self.solve(s) else { continue };
+            if beta[0] < 0.0 || beta[1] <= 0.0 || beta[2] < 0.0 {
+                continue;
+            }
+            // Residual: y'y - beta'X'y (least squares).
+            let sse = self.yy - (0..3).map(|i| beta[i] * self.xy[i]).sum::<f64>();
+            if best.is_none_or(|(_, b)| sse < b - 1e-9) {
+                best = Some((beta, sse));
+            }
+        }
+        let beta = best.map_or_else(
+            || {
+                // Nothing positive fits (free prompt tokens): the floor.
+                [0.0, 0.001 / Self::SCALE[1], 0.0]
+            },
+            |b| b.0,
+        );
+        Some(StepCost {
+            decode: self.decode_ms.unwrap_or(0.0),
+            pass: beta[0] * Self::SCALE[0],
+            token: (beta[1] * Self::SCALE[1]).max(0.001),
+            ctx_slope: beta[2] * Self::SCALE[2],
+        })
     }
 
-    /// Learned cost of one prompt token at the mean context seen, ms.
+    /// Least squares over the features in `s` (the others zero); None when
+    /// they are nearly collinear in the data.
+    fn solve(&self, s: &[usize]) -> Option<[f64; 3]> {
+        let n = s.len();
+        let mut m = [[0.0f64; 4]; 3];
+        for (r, &i) in s.iter().enumerate() {
+            for (c, &j) in s.iter().enumerate() {
+                m[r][c] = self.xx[i][j];
+            }
+            m[r][n] = self.xy[i];
+        }
+        let diag: f64 = (0..n).map(|r| m[r][r]).product();
+        if diag <= 0.0 {
+            return None;
+        }
+        // Gaussian elimination with partial pivoting; the determinant
+        // relative to the diagonal's product measures collinearity.
+        let mut det = 1.0;
+        for col in 0..n {
+            let p = (col..n).max_by(|&a, &b| m[a][col].abs().total_cmp(&m[b][col].abs()))?;
+            m.swap(col, p);
+            if p != col {
+                det = -det;
+            }
+            let piv = m[col][col];
+            if piv.abs() < 1e-300 {
+                return None;
+            }
+            det *= piv;
+            let pivot_row = m[col];
+            for row in m.iter_mut().take(n).skip(col + 1) {
+                let f = row[col] / piv;
+                for (v, p) in row.iter_mut().zip(pivot_row).skip(col) {
+                    *v -= f * p;
+                }
+            }
+        }
+        if det.abs() / diag < 1e-2 {
+            return None;
+        }
+        let mut x = [0.0f64; 3];
+        for r in (0..n).rev() {
+            let tail: f64 = (r + 1..n).map(|c| m[r][c] * x[c]).sum();
+            x[r] = (m[r][n] - tail) / m[r][r];
+        }
+        let mut beta = [0.0; 3];
+        for (r, &i) in s.iter().enumerate() {
+            beta[i] = x[r];
+        }
+        Some(beta)
+    }
+
+    /// Learned marginal cost of one prompt token at context position `ctx`, ms.
+    pub fn prompt_token_ms_at(&self, ctx: f64) -> Option<f64> {
+        self.cost().map(|c| c.token_at(ctx))
+    }
+
+    /// Learned marginal cost of one prompt token at the mean context seen, ms.
     pub fn prompt_token_ms(&self) -> Option<f64> {
-        let [w, x, ..] = self.fit;
-        self.prompt_token_ms_at(if w > 0.0 { x / w } else { 0.0 })
+        let c = self.cost()?;
+        // Mean ctx over the observations: (Σ k·ctx) / (Σ k), unscaled.
+        let mean_ctx = self.xx[0][2] / self.xx[0][1] * Self::SCALE[1] / Self::SCALE[2];
+        Some(c.token_at(if mean_ctx.is_finite() { mean_ctx } else { 0.0 }))
     }
 
     /// Prompt budget for the next step so that it takes about `target_ms`
@@ -330,15 +485,10 @@ impl StepCostModel {
         ctx: f64,
     ) -> usize {
         // Nobody is decoding: no rhythm to protect, prefill at full speed.
-        let (Some(per), true) = (self.prompt_token_ms_at(ctx), decoding) else {
+        let (Some(c), true) = (self.cost(), decoding) else {
             return max;
         };
-        let base = self.decode_ms.unwrap_or(0.0);
-        let room = target_ms - base;
-        // The chunk spans ctx..ctx + b: price it at its middle (one refinement).
-        let b0 = (room / per).max(0.0);
-        let per = self.prompt_token_ms_at(ctx + b0 / 2.0).unwrap_or(per);
-        let b = (room / per).floor();
+        let b = c.tokens_in(target_ms - c.decode, ctx).floor();
         if b.is_finite() {
             (b.max(0.0) as usize).clamp(min, max)
         } else {
@@ -632,6 +782,64 @@ mod tests {
         // of the costs seen so far would allow.
         let b = m.budget(250.0, true, 8, 512, 3000.0);
         assert!((28..=34).contains(&b), "{b}");
+    }
+
+    #[test]
+    fn cost_model_learns_a_gpu_pass_and_prices_tokens_past_it() {
+        // H200 shape (8B F16, 64 decoders, per-slot KV): the decode step is
+        // 8.4 ms, any prompt tokens add a second pass (~10.5 ms) and then
+        // ~0.025 ms a token. The chunks come in assorted sizes.
+        let mut m = StepCostModel::default();
+        for i in 0..40 {
+            m.observe(64, 0, 8.4, 0.0);
+            let k = [32usize, 150, 64, 512, 256, 128][i % 6];
+            let noise = [0.3, -0.2, 0.1, -0.3, 0.2, 0.0][i % 6];
+            m.observe(64, k, 8.4 + 10.5 + 0.025 * k as f64 + noise, k as f64 / 2.0);
+        }
+        let c = m.cost().unwrap();
+        assert!((c.pass - 10.5).abs() < 0.8, "{c:?}");
+        assert!((c.token - 0.025).abs() < 0.006, "{c:?}");
+        // (50 - 8.4 - 10.5) / 0.025 ≈ 1,244 tokens; a per-token average of
+        // these steps (~0.1 ms) would allow ~400, of a 32-token chunk ~125.
+        let b = m.budget(50.0, true, 8, 8192, 0.0);
+        assert!((1100..=1400).contains(&b), "{b} {c:?}");
+        // A target the pass alone overruns: the minimum, not a negative.
+        assert_eq!(m.budget(15.0, true, 8, 8192, 0.0), 8);
+    }
+
+    #[test]
+    fn cost_model_keeps_no_pass_where_there_is_none() {
+        // CPU shape: prompt tokens cost in proportion (1.7 ms each plus
+        // noise), in chunks of assorted sizes: no fixed term is invented.
+        let mut m = StepCostModel::default();
+        for i in 0..40 {
+            m.observe(4, 0, 20.0, 0.0);
+            let k = [16usize, 64, 40, 128, 90][i % 5];
+            let noise = [2.0, -3.0, 1.0, -1.5, 0.5][i % 5];
+            m.observe(4, k, 20.0 + 1.7 * k as f64 + noise, 100.0);
+        }
+        let c = m.cost().unwrap();
+        assert!(c.pass < 2.0, "{c:?}");
+        assert!((c.token - 1.7).abs() < 0.1, "{c:?}");
+        let b = m.budget(250.0, true, 8, 512, 0.0);
+        assert!((125..=140).contains(&b), "{b} {c:?}");
+    }
+
+    #[test]
+    fn passes_follow_runs_of_slots_and_chunk_lengths() {
+        // Eight decoders in slots 0..8: one pass.
+        let dec: Vec<(usize, usize)> = (0..8).map(|s| (s, 1)).collect();
+        assert_eq!(passes(&dec, 512), 1);
+        // Scattered decoders: one pass per run.
+        assert_eq!(passes(&[(0, 1), (2, 1), (3, 1), (7, 1)], 512), 3);
+        // Decoders beside a prompt chunk: the decode rows, then the rest of
+        // the chunk.
+        assert_eq!(passes(&[(0, 1), (1, 1), (2, 40)], 512), 2);
+        // Two chunks of different lengths in a run: one more pass each.
+        assert_eq!(passes(&[(0, 1), (1, 30), (2, 40)], 512), 3);
+        // A chunk longer than a ubatch.
+        assert_eq!(passes(&[(0, 1200)], 512), 3);
+        assert_eq!(passes(&[], 512), 0);
     }
 
     #[test]

@@ -427,6 +427,32 @@ impl<B: Backend> Owner<B> {
     }
 }
 
+impl<B: Backend> Owner<B> {
+    /// Passes over the weights this step's batch costs the runtime
+    /// (`scheduler::passes`; a unified pool splits by `n_ubatch` alone).
+    pub(super) fn passes(&self, plan: &super::scheduler::Plan) -> usize {
+        let mut rows: Vec<(usize, usize)> = self
+            .seqs
+            .iter()
+            .filter_map(|s| {
+                let n = if plan.decode.contains(&s.key) {
+                    1 + s.drafts.len()
+                } else {
+                    plan.chunks.iter().find(|c| c.key == s.key)?.len
+                };
+                Some((s.slot, n))
+            })
+            .collect();
+        rows.sort_unstable();
+        let n_ubatch = (self.config.n_ubatch as usize).min(self.n_batch).max(1);
+        if self.cache.share {
+            rows.iter().map(|r| r.1).sum::<usize>().div_ceil(n_ubatch)
+        } else {
+            super::scheduler::passes(&rows, n_ubatch)
+        }
+    }
+}
+
 /// Whether running a sequence in `slot` adds a run of consecutive busy
 /// slots.
 pub(super) fn fragments(busy: &[usize], slot: usize) -> bool {
