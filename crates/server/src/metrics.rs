@@ -800,9 +800,10 @@ pub fn render_phase(o: &mut String, e: &EngineStats, drain: Option<std::time::Du
         e.step_ms.max_ms / 1e3
     );
     if let Some(c) = e.step_cost {
-        let _ = writeln!(o, "# HELP steward_step_cost_model_ms The step cost model's fitted terms: decode step, the pass prompt tokens add, a prompt token, and its growth per 1,000 positions of context\n# TYPE steward_step_cost_model_ms gauge");
+        let _ = writeln!(o, "# HELP steward_step_cost_model_ms The step cost model's fitted terms: a step's fixed cost, a decode row, the pass prompt tokens add, a prompt token, and its growth per 1,000 positions of context\n# TYPE steward_step_cost_model_ms gauge");
         for (t, v) in [
-            ("decode", c.decode),
+            ("base", c.base),
+            ("decode_row", c.row),
             ("pass", c.pass),
             ("token", c.token),
             ("token_per_1k_ctx", c.ctx_slope * 1e3),

@@ -386,7 +386,12 @@ impl<B: Backend> Owner<B> {
     /// step outlasts the TTFT target itself.
     fn set_budget(&mut self) {
         let max = max_step_prompt(&self.config);
-        let decoding = self.seqs.iter().any(Sequence::is_decoding);
+        let decoding = self
+            .seqs
+            .iter()
+            .filter(|s| s.is_decoding())
+            .count()
+            .min(self.config.max_decode_seqs);
         // Where the next prompt tokens start: the furthest prefilling
         // sequence (the dearest tokens).
         let ctx = self

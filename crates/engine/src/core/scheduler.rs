@@ -284,9 +284,10 @@ pub fn passes(rows: &[(usize, usize)], n_ubatch: usize) -> usize {
 /// Learns what a step costs, to derive the prompt budget from a target
 /// step time (the decoders' inter-token latency). Pure arithmetic.
 ///
-/// What prompt tokens add to a decode step is fitted as
-/// `pass + token · k + ctx_slope · k · ctx` for a chunk of k tokens at mean
-/// context position ctx, by least squares with exponential forgetting:
+/// A step of n decode rows and k prompt tokens at mean context position
+/// ctx is fitted as `base + row · n + pass · [k > 0] + token · k +
+/// ctx_slope · k · ctx`, by least squares with exponential forgetting over
+/// every step:
 /// - the per-token cost grows with position (attention over every earlier
 ///   cell): on the CPU 1.7 ms at the start of a prompt and 7.5 ms at 3,000
 ///   tokens (Q4_0, flash attention); a plain average lagged behind a
@@ -295,27 +296,33 @@ pub fn passes(rows: &[(usize, usize)], n_ubatch: usize) -> usize {
 ///   per-slot KV streams, 32 prompt tokens took the step from 8.4 to 18.9 ms
 ///   and 512 to 30.8 (H200, 8B F16): a second pass, then ~0.025 ms a token.
 ///   A per-token price spread that pass over small chunks (0.33 ms a token),
-///   so a 50 ms target allowed ~125 tokens where ~1,200 fit.
+///   so a 50 ms target allowed ~125 tokens where ~1,200 fit;
+/// - on the CPU a decode row costs about what a prompt token does, so a
+///   step's decoders cannot be one constant learned from decode-only steps
+///   (those are the few-decoder steps at the end of a burst).
 ///
 /// Terms the data cannot tell apart (every chunk the same size, every
-/// chunk at one position) or that come out negative are left out of the
-/// fit: of the nested models that remain, the one with the least residual.
+/// step mixed) or that come out negative are left out of the fit: of the
+/// nested models that remain, the one with the least residual.
 #[derive(Debug, Clone, Default)]
 pub struct StepCostModel {
-    /// EWMA of steps without prompt tokens, ms.
-    decode_ms: Option<f64>,
-    /// Forgetting normal equations over features (1, k, k·ctx) scaled by
-    /// `SCALE`, with y = the step's ms beyond the decode step: w·xxᵀ, w·xy,
-    /// w·y².
-    xx: [[f64; 3]; 3],
-    xy: [f64; 3],
+    /// Forgetting normal equations over the features (1, n, [k > 0], k,
+    /// k·ctx), scaled by `SCALE`: w·xxᵀ, w·xy, w·y².
+    xx: [[f64; F]; F],
+    xy: [f64; F],
     yy: f64,
+    /// Forgetting sums of k and k·ctx (the mean context seen).
+    k_sum: f64,
+    kctx_sum: f64,
 }
+
+const F: usize = 5;
 
 /// The fitted terms, ms (see [`StepCostModel`]).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct StepCost {
-    pub decode: f64,
+    pub base: f64,
+    pub row: f64,
     pub pass: f64,
     pub token: f64,
     /// Per token per position of context.
@@ -326,6 +333,11 @@ impl StepCost {
     /// Marginal cost of one prompt token at context position `ctx`, ms.
     pub fn token_at(&self, ctx: f64) -> f64 {
         (self.token + self.ctx_slope * ctx).max(0.001)
+    }
+
+    /// A step of `n` decode rows alone, ms.
+    pub fn decode_ms(&self, n: usize) -> f64 {
+        self.base + self.row * n as f64
     }
 
     /// Prompt tokens that fit in `room` ms beyond the decode step, as one
@@ -342,77 +354,71 @@ impl StepCost {
 }
 
 impl StepCostModel {
-    const ALPHA: f64 = 0.2;
-    const DECAY: f64 = 0.9;
-    /// Feature scales: keeps the normal equations near unit size.
-    const SCALE: [f64; 3] = [1.0, 1e-2, 1e-5];
+    const DECAY: f64 = 0.95;
+    /// Feature scales: keep the normal equations near unit size.
+    const SCALE: [f64; F] = [1.0, 1e-1, 1.0, 1e-2, 1e-5];
+    /// The prompt-token term, in every candidate model.
+    const TOKEN: usize = 3;
 
     /// One completed step: `ctx` is the mean position of its prompt tokens.
     pub fn observe(&mut self, n_decode: usize, n_prompt: usize, ms: f64, ctx: f64) {
-        let ewma = |old: Option<f64>, x: f64| Some(old.map_or(x, |o| o + Self::ALPHA * (x - o)));
-        if n_prompt == 0 {
-            if n_decode > 0 {
-                self.decode_ms = ewma(self.decode_ms, ms);
-            }
+        if n_decode + n_prompt == 0 {
             return;
         }
-        let base = if n_decode > 0 {
-            self.decode_ms.unwrap_or(0.0)
-        } else {
-            0.0
-        };
-        let y = (ms - base).max(0.0);
-        let k = n_prompt as f64;
-        let x = [1.0, k, k * ctx];
-        let x: [f64; 3] = std::array::from_fn(|i| x[i] * Self::SCALE[i]);
-        for i in 0..3 {
-            for j in 0..3 {
-                self.xx[i][j] = self.xx[i][j] * Self::DECAY + x[i] * x[j];
+        let (n, k) = (n_decode as f64, n_prompt as f64);
+        let raw = [1.0, n, f64::from(n_prompt > 0), k, k * ctx];
+        let x: [f64; F] = std::array::from_fn(|i| raw[i] * Self::SCALE[i]);
+        let d = Self::DECAY;
+        for (i, xi) in x.iter().enumerate() {
+            for (j, xj) in x.iter().enumerate() {
+                self.xx[i][j] = self.xx[i][j] * d + xi * xj;
             }
-            self.xy[i] = self.xy[i] * Self::DECAY + x[i] * y;
+            self.xy[i] = self.xy[i] * d + xi * ms;
         }
-        self.yy = self.yy * Self::DECAY + y * y;
+        self.yy = self.yy * d + ms * ms;
+        self.k_sum = self.k_sum * d + k;
+        self.kctx_sum = self.kctx_sum * d + k * ctx;
     }
 
     /// The fitted terms (None before any step with prompt tokens).
     pub fn cost(&self) -> Option<StepCost> {
-        if self.xx[1][1] <= 0.0 {
+        if self.xx[Self::TOKEN][Self::TOKEN] <= 0.0 {
             return None;
         }
-        // Nested subsets of (pass, token, ctx_slope); token is always in.
-        let subsets: [&[usize]; 4] = [&[0, 1, 2], &[1, 2], &[0, 1], &[1]];
-        let mut best: Option<([f64; 3], f64)> = None;
-        for s in subsets {
-            let Some(beta) = self.solve(s) else { continue };
-            if beta[0] < 0.0 || beta[1] <= 0.0 || beta[2] < 0.0 {
+        let mut best: Option<([f64; F], f64)> = None;
+        // Every subset of the optional terms, the token term always in.
+        for mask in 0u32..(1 << F) {
+            if mask & (1 << Self::TOKEN) == 0 {
+                continue;
+            }
+            let s: Vec<usize> = (0..F).filter(|i| mask & (1 << i) != 0).collect();
+            let Some(beta) = self.solve(&s) else { continue };
+            if beta.iter().any(|&b| b < 0.0) || beta[Self::TOKEN] <= 0.0 {
                 continue;
             }
             // Residual: y'y - beta'X'y (least squares).
-            let sse = self.yy - (0..3).map(|i| beta[i] * self.xy[i]).sum::<f64>();
-            if best.is_none_or(|(_, b)| sse < b - 1e-9) {
+            let sse = self.yy - (0..F).map(|i| beta[i] * self.xy[i]).sum::<f64>();
+            if best.is_none_or(|(_, b)| sse < b - 1e-9 * self.yy) {
                 best = Some((beta, sse));
             }
         }
-        let beta = best.map_or_else(
-            || {
-                // Nothing positive fits (free prompt tokens): the floor.
-                [0.0, 0.001 / Self::SCALE[1], 0.0]
-            },
-            |b| b.0,
-        );
+        // Nothing positive fits: free prompt tokens, the floor.
+        let beta = best.map_or([0.0; F], |b| b.0);
+        let t = |i: usize| beta[i] * Self::SCALE[i];
         Some(StepCost {
-            decode: self.decode_ms.unwrap_or(0.0),
-            pass: beta[0] * Self::SCALE[0],
-            token: (beta[1] * Self::SCALE[1]).max(0.001),
-            ctx_slope: beta[2] * Self::SCALE[2],
+            base: t(0),
+            row: t(1),
+            pass: t(2),
+            token: t(3).max(0.001),
+            ctx_slope: t(4),
         })
     }
 
     /// Least squares over the features in `s` (the others zero); None when
     /// they are nearly collinear in the data.
-    fn solve(&self, s: &[usize]) -> Option<[f64; 3]> {
+    fn solve(&self, s: &[usize]) -> Option<[f64; F]> {
         let n = s.len();
-        let mut m = [[0.0f64; 4]; 3];
+        let mut m = [[0.0f64; F + 1]; F];
         for (r, &i) in s.iter().enumerate() {
             for (c, &j) in s.iter().enumerate() {
                 m[r][c] = self.xx[i][j];
@@ -425,13 +431,10 @@ impl StepCostModel {
         }
         // Gaussian elimination with partial pivoting; the determinant
         // relative to the diagonal's product measures collinearity.
-        let mut det = 1.0;
+        let mut det = 1.0f64;
         for col in 0..n {
             let p = (col..n).max_by(|&a, &b| m[a][col].abs().total_cmp(&m[b][col].abs()))?;
             m.swap(col, p);
-            if p != col {
-                det = -det;
-            }
             let piv = m[col][col];
             if piv.abs() < 1e-300 {
                 return None;
@@ -445,15 +448,15 @@ impl StepCostModel {
                 }
             }
         }
-        if det.abs() / diag < 1e-2 {
+        if det.abs() / diag < 1e-3 {
             return None;
         }
-        let mut x = [0.0f64; 3];
+        let mut x = [0.0f64; F];
         for r in (0..n).rev() {
             let tail: f64 = (r + 1..n).map(|c| m[r][c] * x[c]).sum();
             x[r] = (m[r][n] - tail) / m[r][r];
         }
-        let mut beta = [0.0; 3];
+        let mut beta = [0.0; F];
         for (r, &i) in s.iter().enumerate() {
             beta[i] = x[r];
         }
@@ -468,27 +471,27 @@ impl StepCostModel {
     /// Learned marginal cost of one prompt token at the mean context seen, ms.
     pub fn prompt_token_ms(&self) -> Option<f64> {
         let c = self.cost()?;
-        // Mean ctx over the observations: (Σ k·ctx) / (Σ k), unscaled.
-        let mean_ctx = self.xx[0][2] / self.xx[0][1] * Self::SCALE[1] / Self::SCALE[2];
-        Some(c.token_at(if mean_ctx.is_finite() { mean_ctx } else { 0.0 }))
+        let mean = self.kctx_sum / self.k_sum;
+        Some(c.token_at(if mean.is_finite() { mean } else { 0.0 }))
     }
 
-    /// Prompt budget for the next step so that it takes about `target_ms`
-    /// (`max` until there is a measurement; never below `min`), for prompt
-    /// tokens starting at context position `ctx`.
+    /// Prompt budget for the next step of `decoders` decode rows so that it
+    /// takes about `target_ms` (`max` until there is a measurement or when
+    /// nobody decodes; never below `min`), for prompt tokens starting at
+    /// context position `ctx`.
     pub fn budget(
         &self,
         target_ms: f64,
-        decoding: bool,
+        decoders: usize,
         min: usize,
         max: usize,
         ctx: f64,
     ) -> usize {
         // Nobody is decoding: no rhythm to protect, prefill at full speed.
-        let (Some(c), true) = (self.cost(), decoding) else {
+        let (Some(c), true) = (self.cost(), decoders > 0) else {
             return max;
         };
-        let b = c.tokens_in(target_ms - c.decode, ctx).floor();
+        let b = c.tokens_in(target_ms - c.decode_ms(decoders), ctx).floor();
         if b.is_finite() {
             (b.max(0.0) as usize).clamp(min, max)
         } else {
@@ -743,22 +746,18 @@ mod tests {
     #[test]
     fn cost_model_derives_budget_from_target() {
         let mut m = StepCostModel::default();
-        assert_eq!(m.budget(100.0, true, 8, 512, 0.0), 512, "no data: max");
+        assert_eq!(m.budget(100.0, 4, 8, 512, 0.0), 512, "no data: max");
         for _ in 0..50 {
             m.observe(4, 0, 20.0, 0.0); // decode-only step: 20 ms
             m.observe(4, 100, 70.0, 50.0); // +100 prompt tokens: +50 ms
         }
         // (100 - 20) / 0.5 = 160 prompt tokens.
-        let b = m.budget(100.0, true, 8, 512, 0.0);
+        let b = m.budget(100.0, 4, 8, 512, 0.0);
         assert!((155..=165).contains(&b), "{b}");
-        assert_eq!(m.budget(10.0, true, 8, 512, 0.0), 8, "never below min");
+        assert_eq!(m.budget(10.0, 4, 8, 512, 0.0), 8, "never below min");
+        assert_eq!(m.budget(10_000.0, 4, 8, 512, 0.0), 512, "never above max");
         assert_eq!(
-            m.budget(10_000.0, true, 8, 512, 0.0),
-            512,
-            "never above max"
-        );
-        assert_eq!(
-            m.budget(100.0, false, 8, 512, 0.0),
+            m.budget(100.0, 0, 8, 512, 0.0),
             512,
             "no decoders: full speed"
         );
@@ -768,10 +767,13 @@ mod tests {
     fn cost_model_prices_prompt_tokens_by_their_context() {
         // Per-token cost 1 ms + 2 ms per 1,000 positions, seen as a long
         // prompt advances: the budget shrinks ahead of the growing cost.
+        // (Decode-only steps now and then: the prompt's arrivals.)
         let mut m = StepCostModel::default();
-        m.observe(4, 0, 20.0, 0.0);
         let mut ctx = 0.0;
         while ctx < 2000.0 {
+            if ctx as usize % 200 == 0 {
+                m.observe(4, 0, 20.0, 0.0);
+            }
             let per = 1.0 + 2.0 * (ctx + 25.0) / 1000.0;
             m.observe(4, 50, 20.0 + 50.0 * per, ctx + 25.0);
             ctx += 50.0;
@@ -780,7 +782,7 @@ mod tests {
         assert!((at(3000.0) - 7.0).abs() < 0.2, "{}", at(3000.0));
         // At 3,000: (250 - 20) / ~7.2 ms ≈ 31 tokens, not the ~60 an average
         // of the costs seen so far would allow.
-        let b = m.budget(250.0, true, 8, 512, 3000.0);
+        let b = m.budget(250.0, 4, 8, 512, 3000.0);
         assert!((28..=34).contains(&b), "{b}");
     }
 
@@ -801,10 +803,10 @@ mod tests {
         assert!((c.token - 0.025).abs() < 0.006, "{c:?}");
         // (50 - 8.4 - 10.5) / 0.025 ≈ 1,244 tokens; a per-token average of
         // these steps (~0.1 ms) would allow ~400, of a 32-token chunk ~125.
-        let b = m.budget(50.0, true, 8, 8192, 0.0);
+        let b = m.budget(50.0, 64, 8, 8192, 0.0);
         assert!((1100..=1400).contains(&b), "{b} {c:?}");
         // A target the pass alone overruns: the minimum, not a negative.
-        assert_eq!(m.budget(15.0, true, 8, 8192, 0.0), 8);
+        assert_eq!(m.budget(15.0, 64, 8, 8192, 0.0), 8);
     }
 
     #[test]
@@ -821,8 +823,36 @@ mod tests {
         let c = m.cost().unwrap();
         assert!(c.pass < 2.0, "{c:?}");
         assert!((c.token - 1.7).abs() < 0.1, "{c:?}");
-        let b = m.budget(250.0, true, 8, 512, 0.0);
+        let b = m.budget(250.0, 4, 8, 512, 0.0);
         assert!((125..=140).contains(&b), "{b} {c:?}");
+    }
+
+    #[test]
+    fn cost_model_prices_each_decode_row() {
+        // CPU shape under load (measured: ~14 decoders + ~65 prompt tokens
+        // in ~290 ms): a decode row costs ~5 ms, a prompt token ~3, and the
+        // only decode-only steps are the few-decoder ones at the end of a
+        // burst. A constant decode step learned from those would leave the
+        // decoders' cost to the prompt terms.
+        let mut m = StepCostModel::default();
+        for i in 0..60 {
+            let n = [14usize, 12, 16, 13, 15][i % 5];
+            let k = [60usize, 70, 64, 40, 75][i % 5];
+            let noise = [2.0, -3.0, 1.0, -1.5, 0.5][i % 5];
+            m.observe(n, k, 5.0 + 5.0 * n as f64 + 3.0 * k as f64 + noise, 300.0);
+            if i % 10 == 0 {
+                m.observe(2, 0, 15.0, 0.0);
+                m.observe(3, 0, 20.0, 0.0);
+            }
+        }
+        let c = m.cost().unwrap();
+        assert!((c.row - 5.0).abs() < 0.6, "{c:?}");
+        assert!((c.token - 3.0).abs() < 0.3, "{c:?}");
+        // (250 - 5 - 70) / 3 ≈ 58 prompt tokens beside 14 decoders.
+        let b = m.budget(250.0, 14, 8, 512, 300.0);
+        assert!((52..=64).contains(&b), "{b} {c:?}");
+        // Fewer decoders leave more room.
+        assert!(m.budget(250.0, 4, 8, 512, 300.0) > b + 10);
     }
 
     #[test]
