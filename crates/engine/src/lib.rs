@@ -458,7 +458,6 @@ impl EngineHandle {
         self.shared.drain_started.get().map(Instant::elapsed)
     }
 
-    /// End everything in flight with a `Shutdown` error (end of a drain).
     /// Stop the execution owner and wait until it has released the
     /// runtime (the llama context and its device buffers). Call before the
     /// process exits: a GPU context freed while the CUDA driver shuts down
@@ -473,6 +472,7 @@ impl EngineHandle {
         }
     }
 
+    /// End everything in flight with a `Shutdown` error (end of a drain).
     pub fn cancel_all(&self) -> bool {
         self.shared.inbox.try_send(Command::CancelAll).is_ok()
     }
@@ -494,7 +494,6 @@ impl EngineHandle {
             .is_ok()
     }
 
-    /// Requests submitted and not yet admitted (the inbox's length).
     /// The memory ledger now.
     pub fn ledger(&self) -> memory::Ledger {
         self.ledger_of(&self.stats())
@@ -520,6 +519,7 @@ impl EngineHandle {
         )
     }
 
+    /// Requests submitted and not yet admitted (the inbox's length).
     pub fn waiting(&self) -> usize {
         self.shared
             .queued
@@ -544,7 +544,6 @@ impl EngineHandle {
         self.shared.model.vocab.special_text(t)
     }
 
-    /// Wait until the warm-up step has run (or the engine died).
     /// Resolves once the engine has failed (its owner thread panicked).
     pub async fn wait_failed(&self) {
         let mut w = self.shared.stats.clone();
@@ -560,6 +559,7 @@ impl EngineHandle {
         }
     }
 
+    /// Wait until the warm-up step has run (or the engine died).
     pub async fn wait_ready(&self) -> bool {
         let mut w = self.shared.stats.clone();
         loop {
