@@ -771,7 +771,7 @@ mod tests {
         let mut m = StepCostModel::default();
         let mut ctx = 0.0;
         while ctx < 2000.0 {
-            if ctx as usize % 200 == 0 {
+            if (ctx as usize).is_multiple_of(200) {
                 m.observe(4, 0, 20.0, 0.0);
             }
             let per = 1.0 + 2.0 * (ctx + 25.0) / 1000.0;
