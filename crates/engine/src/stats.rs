@@ -208,9 +208,9 @@ pub struct EngineStats {
     pub prefix_copies: u64,
     /// Reused tokens × the learned per-prompt-token step cost.
     pub prefix_saved_ms_estimate: f64,
-    /// The step cost model's fitted terms (`scheduler::StepCostModel`),
+    /// The step cost model's fitted terms (`cost::StepCostModel`),
     /// None before a step with prompt tokens.
-    pub step_cost: Option<crate::core::scheduler::StepCost>,
+    pub step_cost: Option<crate::core::cost::StepCost>,
     /// Time spent evicting (releasing the entries' cells).
     pub prefix_eviction_ms_total: f64,
     pub kv_cells_cached: u64,
