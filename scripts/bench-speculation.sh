@@ -33,7 +33,8 @@ $bin/steward serve --port 8431 --threads 2 --model "$q8" --served-model-name m -
 "$LLAMA_SERVER" -m "$q8" --port 8433 -t 2 -tb 2 -np 32 -c 32768 --alias m --spec-type ngram-simple \
   --spec-ngram-simple-size-n 3 --spec-ngram-simple-size-m 8 --spec-draft-n-max 8 >"$out/llama-ngram.log" 2>&1 & pids+=($!)
 wait_ready http://127.0.0.1:8431/ready; wait_ready http://127.0.0.1:8432/health; wait_ready http://127.0.0.1:8433/health
-body="${BODY:-{\"temperature\":0}}"
+greedy='{"temperature":0}'
+body="${BODY:-$greedy}"
 tag="${TAG:-greedy}"
 for w in ${WORKLOADS:-edit-grounded code-grounded}; do
   echo "== $w ($tag: $body)"
