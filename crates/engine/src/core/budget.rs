@@ -16,7 +16,7 @@ impl<B: Backend> Owner<B> {
     /// step outlasts the TTFT target itself.
     pub(super) fn set_budget(&mut self) {
         let max = max_step_prompt(&self.config);
-        let decoding = self
+        let decoders = self
             .seqs
             .iter()
             .filter(|s| s.is_decoding())
@@ -44,7 +44,7 @@ impl<B: Backend> Owner<B> {
         let mut base = match target_step {
             Some(target) => self.cost.budget(
                 target,
-                decoding,
+                decoders,
                 self.config.min_prompt_budget,
                 configured,
                 ctx,
@@ -85,7 +85,7 @@ impl<B: Backend> Owner<B> {
         );
         self.limits.expedite = keys;
         let cap = match target_step {
-            Some(_) => self.cost.budget(ttft, decoding, base, max, ctx),
+            Some(_) => self.cost.budget(ttft, decoders, base, max, ctx),
             None => max,
         };
         self.limits.prompt_budget = (base + 2 * tokens).min(cap.max(base));

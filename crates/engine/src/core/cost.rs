@@ -32,9 +32,8 @@ pub struct StepCostModel {
     xx: [[f64; F]; F],
     xy: [f64; F],
     yy: f64,
-    /// Forgetting sums of k and k·ctx (the mean context seen).
-    k_sum: f64,
-    kctx_sum: f64,
+    /// The terms fitted after the last step (`fit`, once per step).
+    fitted: Option<StepCost>,
 }
 
 const F: usize = 5;
@@ -97,12 +96,15 @@ impl StepCostModel {
             self.xy[i] = self.xy[i] * d + xi * ms;
         }
         self.yy = self.yy * d + ms * ms;
-        self.k_sum = self.k_sum * d + k;
-        self.kctx_sum = self.kctx_sum * d + k * ctx;
+        self.fitted = self.fit();
     }
 
     /// The fitted terms (None before any step with prompt tokens).
     pub fn cost(&self) -> Option<StepCost> {
+        self.fitted
+    }
+
+    fn fit(&self) -> Option<StepCost> {
         if self.xx[Self::TOKEN][Self::TOKEN] <= 0.0 {
             return None;
         }
@@ -192,7 +194,13 @@ impl StepCostModel {
     /// Learned marginal cost of one prompt token at the mean context seen, ms.
     pub fn prompt_token_ms(&self) -> Option<f64> {
         let c = self.cost()?;
-        let mean = self.kctx_sum / self.k_sum;
+        // The intercept feature is 1 on every step: its row of the normal
+        // equations holds the forgetting sums of k and k·ctx.
+        let (k, kctx) = (
+            self.xx[0][3] / Self::SCALE[3],
+            self.xx[0][4] / Self::SCALE[4],
+        );
+        let mean = kctx / k;
         Some(c.token_at(if mean.is_finite() { mean } else { 0.0 }))
     }
 

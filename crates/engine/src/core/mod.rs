@@ -536,14 +536,15 @@ impl<B: Backend> Owner<B> {
             .collect();
         rows::emit(jobs, &self.vocab, self.config.sample_threads);
         let n_drafts: usize = self.seqs.iter().map(|s| s.drafts.len()).sum();
-        let passes = self.passes(&plan);
+        // For the trace only (the drafts it counts end below).
+        let passes = tracing::enabled!(tracing::Level::TRACE).then(|| self.passes(&plan));
         let emitted: u64 = self.seqs.iter().map(|s| u64::from(s.step_emitted)).sum();
         self.end_drafts();
         let out_ms = t_out.elapsed().as_secs_f64() * 1e3;
         let ms = t.elapsed().as_secs_f64() * 1e3;
         tracing::trace!(
             decode = plan.decode.len(),
-            passes,
+            passes = passes.unwrap_or(0),
             chunks = plan.chunks.len(),
             prompt = n_prompt,
             runtime_ms = runtime_ms,

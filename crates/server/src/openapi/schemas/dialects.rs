@@ -95,6 +95,15 @@ pub(super) fn anthropic_request(messages_api: bool) -> Value {
     })
 }
 
+/// One content block of a Messages answer: text, thinking or a tool call.
+fn anthropic_block() -> Value {
+    json!({"anyOf": [
+        obj(&["type", "text"], json!({"type": {"const": "text"}, "text": {"type": "string"}})),
+        obj(&["type", "thinking", "signature"], json!({"type": {"const": "thinking"}, "thinking": {"type": "string"}, "signature": {"type": "string"}})),
+        obj(&["type", "id", "name", "input"], json!({"type": {"const": "tool_use"}, "id": {"type": "string"}, "name": {"type": "string"}, "input": {"type": "object"}})),
+    ]})
+}
+
 /// The whole answer as `steward_dialects::anthropic::message_from_events`
 /// assembles it.
 pub(super) fn anthropic_message() -> Value {
@@ -114,11 +123,7 @@ pub(super) fn anthropic_message() -> Value {
             "type": {"const": "message"},
             "role": {"const": "assistant"},
             "model": {"type": "string"},
-            "content": {"type": "array", "items": {"anyOf": [
-                obj(&["type", "text"], json!({"type": {"const": "text"}, "text": {"type": "string"}})),
-                obj(&["type", "thinking", "signature"], json!({"type": {"const": "thinking"}, "thinking": {"type": "string"}, "signature": {"type": "string"}})),
-                obj(&["type", "id", "name", "input"], json!({"type": {"const": "tool_use"}, "id": {"type": "string"}, "name": {"type": "string"}, "input": {"type": "object"}})),
-            ]}},
+            "content": {"type": "array", "items": anthropic_block()},
             "stop_reason": {"enum": ["end_turn", "max_tokens", "tool_use", "stop_sequence"]},
             "stop_sequence": nullable("string"),
             "usage": {"$ref": "#/components/schemas/AnthropicUsage"},
@@ -134,11 +139,7 @@ pub(super) fn anthropic_stream_event() -> Value {
         req.extend_from_slice(required);
         obj(&req, props)
     };
-    let block = json!({"anyOf": [
-        obj(&["type", "text"], json!({"type": {"const": "text"}, "text": {"type": "string"}})),
-        obj(&["type", "thinking", "signature"], json!({"type": {"const": "thinking"}, "thinking": {"type": "string"}, "signature": {"type": "string"}})),
-        obj(&["type", "id", "name", "input"], json!({"type": {"const": "tool_use"}, "id": {"type": "string"}, "name": {"type": "string"}, "input": {"type": "object"}})),
-    ]});
+    let block = anthropic_block();
     let delta = json!({"anyOf": [
         obj(&["type", "text"], json!({"type": {"const": "text_delta"}, "text": {"type": "string"}})),
         obj(&["type", "thinking"], json!({"type": {"const": "thinking_delta"}, "thinking": {"type": "string"}})),
