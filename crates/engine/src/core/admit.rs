@@ -218,7 +218,7 @@ impl<B: Backend> Owner<B> {
             };
             let (spec_mode, spec_max) = self.spec_for(w.sub.req.speculative);
             let mut seq = Sequence::new(self.next_key, slot, w.sub, limits, permit, reused);
-            seq.speculate(spec_mode, spec_max);
+            seq.speculate(spec_mode, spec_max, &self.spec_priors);
             // Device sampling where the request's sampler is plain greedy;
             // the slot keeps its path until a request needs the other one.
             let want = self.config.device_sampling && seq.device_eligible();

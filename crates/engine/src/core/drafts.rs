@@ -82,8 +82,9 @@ impl<B: Backend> Owner<B> {
         // riding in it is work of its own, not time the drafts may spend).
         let room = self.n_batch.saturating_sub(plan.n_tokens());
         let dec = plan.decode.len();
-        let mut take = speculate::allot(&cands, dec, dec, room, self.spec_fit.line());
-        speculate::explore(&mut take, &cands, &unseen, room);
+        let fit = self.spec_fit.line();
+        let mut take = speculate::allot(&cands, dec, dec, room, fit);
+        speculate::explore(&mut take, &cands, &unseen, room, (dec, dec, fit));
         let mut by_model = Vec::new();
         for (&i, &k) in idx.iter().zip(&take) {
             let s = &mut self.seqs[i];
@@ -132,9 +133,13 @@ impl<B: Backend> Owner<B> {
             let k = s.drafts.len() as u64;
             let before = s.spec_counts().1;
             if let Some(keep) = s.end_verify() {
+                let got = s.spec_counts().1 - before;
                 drafted += k;
-                accepted += s.spec_counts().1 - before;
+                accepted += got;
                 cuts.push((s.slot, keep));
+                if let Some(st) = s.spec.as_ref() {
+                    self.spec_priors.observe(st.class, k as usize, got as usize);
+                }
             }
         }
         let n = cuts.len() as u64;

@@ -160,6 +160,8 @@ pub(crate) struct Owner<B: Backend> {
     turns: adapters::Turns,
     /// Step time against the step's tokens, for pricing draft rows.
     spec_fit: speculate::StepFit,
+    /// Acceptance new requests start from, per class (learned).
+    spec_priors: speculate::Priors,
     /// The draft model's runtime (`--draft-model`).
     drafter: Option<drafter::Drafter<B>>,
 }
@@ -258,6 +260,7 @@ impl<B: Backend> Owner<B> {
             adapters: args.adapters,
             turns: adapters::Turns::default(),
             spec_fit: speculate::StepFit::default(),
+            spec_priors: speculate::Priors::default(),
             drafter: None,
             config: c,
         }

@@ -15,7 +15,7 @@ use super::admission::Permit;
 use super::backend::Backend;
 use super::sampler::{logprob_of, Sampler};
 use super::scheduler::{Chunk, SeqView};
-use super::speculate::{SpecMode, SpecState};
+use super::speculate::{Priors, SpecMode, SpecState};
 use super::Submission;
 use crate::detok::StreamDetokenizer;
 use crate::model::{StepError, TokenId, Vocab};
@@ -155,12 +155,14 @@ impl Sequence {
     }
 
     /// Speculate from now on (admission decides: the memory must be cut
-    /// back after a rejected draft).
-    pub fn speculate(&mut self, mode: SpecMode, max: usize) {
+    /// back after a rejected draft), starting from the server's acceptance
+    /// for the request's class.
+    pub fn speculate(&mut self, mode: SpecMode, max: usize, priors: &Priors) {
         if mode == SpecMode::Off || max == 0 {
             return;
         }
-        self.spec = Some(SpecState::new(mode, max));
+        let class = Priors::class(mode, !self.sampler.greedy());
+        self.spec = Some(SpecState::new(mode, max, class, priors.prior(class)));
         if mode == SpecMode::Ngram {
             self.hist = self.prompt.clone();
         }

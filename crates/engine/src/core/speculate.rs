@@ -92,6 +92,8 @@ pub struct SpecState {
     pub mode: SpecMode,
     /// Most tokens drafted in one step (the request's or the server's).
     pub max: usize,
+    /// Its class in the server's priors (`Priors::class`).
+    pub class: usize,
     /// Estimated chance that a draft token is accepted given the one before
     /// it was (moving average over this request's drafts).
     acc: f64,
@@ -100,15 +102,16 @@ pub struct SpecState {
 }
 
 impl SpecState {
-    /// Prior acceptance before a request's first verification.
-    const PRIOR: f64 = 0.5;
     const ALPHA: f64 = 0.3;
 
-    pub fn new(mode: SpecMode, max: usize) -> Self {
+    /// `prior`: the acceptance to start from before the request's first
+    /// verification (its class's, `Priors::prior`).
+    pub fn new(mode: SpecMode, max: usize, class: usize, prior: f64) -> Self {
         SpecState {
             mode,
             max,
-            acc: Self::PRIOR,
+            class,
+            acc: prior.clamp(0.02, 0.98),
             drafted: 0,
             accepted: 0,
         }
@@ -133,6 +136,44 @@ impl SpecState {
         let w = 1.0 - (1.0 - Self::ALPHA).powi(trials.min(8) as i32);
         self.acc += w * (rate - self.acc);
         self.acc = self.acc.clamp(0.02, 0.98);
+    }
+}
+
+/// Acceptance a new request starts from, learned over the server's
+/// verifications per class (mode × greedy or sampled): at temperature 1 on
+/// a small model an n-gram draft is accepted ~0.1 of the time, greedy on
+/// text the answer copies ~0.8, and a fixed prior is wrong for one of them
+/// on every request's first steps. Per-position rate from run lengths (as
+/// `SpecState::observe`), decayed sums, Laplace-smoothed: 0.5 before any
+/// evidence.
+#[derive(Debug, Clone, Default)]
+pub struct Priors {
+    /// (successes, trials) per class.
+    s: [(f64, f64); 4],
+}
+
+impl Priors {
+    /// Evidence kept: about this many recent trials per class.
+    const SPAN: f64 = 512.0;
+
+    pub fn class(mode: SpecMode, sampled: bool) -> usize {
+        usize::from(mode == SpecMode::Draft) * 2 + usize::from(sampled)
+    }
+
+    pub fn prior(&self, class: usize) -> f64 {
+        let (a, n) = self.s[class % 4];
+        (a + 1.0) / (n + 2.0)
+    }
+
+    pub fn observe(&mut self, class: usize, drafted: usize, accepted: usize) {
+        if drafted == 0 {
+            return;
+        }
+        let trials = accepted + usize::from(accepted < drafted);
+        let (a, n) = &mut self.s[class % 4];
+        let keep = (1.0 - trials as f64 / Self::SPAN).max(0.0);
+        *a = *a * keep + accepted as f64;
+        *n = *n * keep + trials as f64;
     }
 }
 
@@ -236,9 +277,24 @@ pub fn allot(
 /// A request that has never been verified drafts a little once
 /// (`EXPLORE` tokens, within the batch's room) even where `allot` declined:
 /// its acceptance is otherwise the prior forever, and a request whose drafts
-/// would pay (text it copies) is never found out.
-pub fn explore(take: &mut [usize], cands: &[(usize, f64)], fresh: &[bool], room: usize) {
+/// would pay (text it copies) is never found out. Only where a draft could
+/// pay at all: one accepted nine times in ten must be worth its row by the
+/// fit (`allot`'s rule for the first draft of the step). On a busy CPU batch
+/// no draft pays, and exploring there only costs.
+pub fn explore(
+    take: &mut [usize],
+    cands: &[(usize, f64)],
+    fresh: &[bool],
+    room: usize,
+    (rows, emitting, fit): (usize, usize, Option<(f64, f64)>),
+) {
     const EXPLORE: usize = 2;
+    const HOPE: f64 = 0.9;
+    if let Some((a, b)) = fit {
+        if HOPE * (a + b * rows as f64) <= emitting.max(1) as f64 * b {
+            return;
+        }
+    }
     let mut left = room.saturating_sub(take.iter().sum());
     for ((t, &(cap, _)), &f) in take.iter_mut().zip(cands).zip(fresh) {
         if f && *t == 0 && left > 0 {
@@ -277,8 +333,39 @@ mod tests {
     }
 
     #[test]
+    fn priors_are_learned_per_class() {
+        let mut p = Priors::default();
+        let (greedy, sampled) = (
+            Priors::class(SpecMode::Ngram, false),
+            Priors::class(SpecMode::Ngram, true),
+        );
+        assert_ne!(greedy, sampled);
+        assert_ne!(greedy, Priors::class(SpecMode::Draft, false));
+        assert_eq!(p.prior(greedy), 0.5);
+        for _ in 0..50 {
+            p.observe(greedy, 8, 6); // 6 successes, 1 failure
+            p.observe(sampled, 4, 0); // 1 failure
+        }
+        assert!(
+            (p.prior(greedy) - 6.0 / 7.0).abs() < 0.02,
+            "{}",
+            p.prior(greedy)
+        );
+        assert!(p.prior(sampled) < 0.05, "{}", p.prior(sampled));
+        // The draft-model classes are untouched.
+        assert_eq!(p.prior(Priors::class(SpecMode::Draft, true)), 0.5);
+        // Old evidence fades: a class that stops being accepted follows.
+        for _ in 0..2000 {
+            p.observe(greedy, 2, 0);
+        }
+        assert!(p.prior(greedy) < 0.05, "{}", p.prior(greedy));
+        let s = SpecState::new(SpecMode::Ngram, 8, sampled, p.prior(sampled));
+        assert!(s.acceptance() < 0.05 && s.class == sampled);
+    }
+
+    #[test]
     fn acceptance_follows_the_runs() {
-        let mut s = SpecState::new(SpecMode::Ngram, 8);
+        let mut s = SpecState::new(SpecMode::Ngram, 8, 0, 0.5);
         for _ in 0..20 {
             s.observe(8, 8);
         }
@@ -327,17 +414,33 @@ mod tests {
         let t = allot(&gpu, 64, 64, 100, Some((10.0, 0.001)));
         assert_eq!(t.iter().sum::<usize>(), 100);
         // A never-verified request tries a little once, within the room.
+        let cheap = (1, 1, Some((10.0, 0.5)));
         let mut t = vec![0, 0, 3];
         explore(
             &mut t,
             &[(8, 0.5), (1, 0.5), (8, 0.5)],
             &[true, true, true],
             5,
+            cheap,
         );
         assert_eq!(t, vec![2, 0, 3]);
         let mut t = vec![0, 0];
-        explore(&mut t, &[(8, 0.5), (8, 0.5)], &[false, true], 100);
+        explore(&mut t, &[(8, 0.5), (8, 0.5)], &[false, true], 100, cheap);
         assert_eq!(t, vec![0, 2]);
+        // ... but not where even a draft accepted 9 times in 10 costs more
+        // than it returns (32 decoders, 0.7 ms a row on a 2 ms base: a CPU
+        // where every row costs about the same) ...
+        let mut t = vec![0; 32];
+        let fresh = vec![true; 32];
+        explore(&mut t, &busy, &fresh, 512, (32, 32, Some((2.0, 0.7))));
+        assert!(t.iter().all(|&k| k == 0), "{t:?}");
+        // ... while on an 8 ms base one would.
+        explore(&mut t, &busy, &fresh, 512, (32, 32, Some((8.0, 0.7))));
+        assert!(t.iter().all(|&k| k == 2), "{t:?}");
+        // Without a fit yet it explores (the first steps measure).
+        let mut t = vec![0];
+        explore(&mut t, &[(8, 0.5)], &[true], 100, (1, 1, None));
+        assert_eq!(t, vec![2]);
         // No fit yet: the caps, within the room.
         assert_eq!(allot(&[(3, 0.1), (5, 0.1)], 2, 2, 6, None), vec![3, 3]);
     }

@@ -155,3 +155,28 @@ fn cancel_stop_and_length_with_drafts_in_flight() {
         assert_eq!(done(&ec).reason, FinishReason::Length);
     }
 }
+
+/// What the server's drafts earned is where a new request's estimate
+/// starts (per class: greedy n-gram here; the sampled class is untouched).
+#[test]
+fn new_requests_start_from_the_learned_acceptance() {
+    use crate::core::speculate::Priors;
+    let mut h = spec_harness(SpecMode::Ngram, false);
+    let (_, (drafted, accepted)) = run_all(&mut h, 24);
+    assert!(drafted > 0 && accepted < drafted);
+    let greedy = Priors::class(SpecMode::Ngram, false);
+    let sampled = Priors::class(SpecMode::Ngram, true);
+    let prior = h.owner.spec_priors.prior(greedy);
+    assert!(prior < 0.4, "mostly rejected drafts, prior {prior}");
+    assert_eq!(h.owner.spec_priors.prior(sampled), 0.5);
+    let _rx = h.submit_tokens(&prompts()[3], 4, "late");
+    h.ticks(1);
+    let s = h
+        .owner
+        .seqs
+        .iter()
+        .find(|s| s.id == "late")
+        .expect("admitted");
+    let st = s.spec.as_ref().expect("speculating");
+    assert_eq!((st.class, st.acceptance()), (greedy, prior));
+}
