@@ -547,6 +547,7 @@ impl<B: Backend> Owner<B> {
         let ms = t.elapsed().as_secs_f64() * 1e3;
         tracing::trace!(
             decode = plan.decode.len(),
+            drafts = n_drafts,
             passes = passes.unwrap_or(0),
             chunks = plan.chunks.len(),
             prompt = n_prompt,

@@ -177,10 +177,14 @@ impl Priors {
     }
 }
 
-/// Step time as a line in the step's tokens (rows of every kind), fitted
-/// by forgetting least squares over recent steps: on a CPU each token costs
-/// about the same; on a GPU a step's cost is nearly flat up to large
-/// batches, and the slope the fit finds is small.
+/// Step time by the step's rows (of every kind), learned from every
+/// decode-only step: a line fitted by forgetting least squares (on a CPU
+/// each row costs about the same; on a GPU a step is nearly flat up to
+/// large batches), and where steps of a size have been seen, their own mean.
+/// The runtime's cost is not a line at small batches: with a logit row
+/// each, 2 rows cost 1.9× one and 4 rows less than 3 on this 2-core CPU
+/// (llama-batched-bench, docs/BENCHMARKS.md [8/8]), and the line would
+/// pick the wrong draft count exactly where one stream drafts.
 #[derive(Debug, Clone, Default)]
 pub struct StepFit {
     /// w, x, y, xx, xy.
@@ -188,10 +192,19 @@ pub struct StepFit {
     /// Steps seen; the first (the runtime's warm-up: graph and buffer
     /// allocation, several times a later step's cost) is left out.
     seen: u64,
+    /// (mean ms, steps seen) by row count 1..=`TABLE`.
+    table: [(f64, u32); TABLE],
 }
+
+/// Row counts with a measured mean of their own.
+const TABLE: usize = 32;
 
 impl StepFit {
     const DECAY: f64 = 0.95;
+    /// Weight of a new step in its row count's mean.
+    const ALPHA: f64 = 0.2;
+    /// Steps of a size before its mean replaces the line.
+    const TRUST: u32 = 3;
 
     pub fn observe(&mut self, tokens: usize, ms: f64) {
         self.seen += 1;
@@ -201,6 +214,14 @@ impl StepFit {
         let x = tokens as f64;
         for (s, v) in self.s.iter_mut().zip([1.0, x, ms, x * x, x * ms]) {
             *s = *s * Self::DECAY + v;
+        }
+        if let Some((m, n)) = self.table.get_mut(tokens - 1) {
+            *m = if *n == 0 {
+                ms
+            } else {
+                *m + Self::ALPHA * (ms - *m)
+            };
+            *n = n.saturating_add(1);
         }
     }
 
@@ -221,28 +242,49 @@ impl StepFit {
         let a = (my - b * mx).max(0.0);
         Some((a, b))
     }
+
+    /// A step of `rows` rows, ms: its size's own mean where steps of that
+    /// size were seen; else the nearest smaller seen size's plus the line's
+    /// slope for the rows past it (so the price of one more row is never a
+    /// jump from a measured mean onto the line); else the line. `None`
+    /// before there is a line.
+    pub fn cost(&self, rows: usize) -> Option<f64> {
+        let (a, b) = self.line()?;
+        for r in (1..=rows.min(TABLE)).rev() {
+            let (ms, n) = self.table[r - 1];
+            if n >= Self::TRUST {
+                return Some(ms + b * (rows - r) as f64);
+            }
+        }
+        Some(a + b * rows as f64)
+    }
 }
+
+/// Step ms by rows (`StepFit::cost`, or a line in tests).
+pub type Cost<'a> = &'a dyn Fn(usize) -> f64;
 
 /// Draft rows for one step. `cands[i]` = (most tokens sequence i may draft
 /// now, its acceptance estimate); `rows` = the step's rows without drafts,
 /// `emitting` = the tokens they emit (one per decoder); `room` = rows the
 /// batch has left. Returns how many tokens each candidate drafts.
 ///
-/// Greedy by expected value: draft `j` of a sequence with acceptance `a` is
-/// emitted with probability `a^j`; it is added while that beats the step's
-/// time per emitted token times its own cost (`p * T > N * b`: adding it
-/// raises tokens per millisecond), most likely drafts first. Without a fit
-/// yet, each candidate drafts its cap (the first steps measure).
+/// By expected tokens per millisecond: draft `j` of a sequence with
+/// acceptance `a` is emitted with probability `a^j`; drafts are offered
+/// most likely first, and the step takes the number of them that gives the
+/// most expected tokens (its decoders' plus the drafts') per millisecond of
+/// the step's cost at that many rows (none where no count beats the step
+/// without drafts). Without a cost yet, each candidate drafts its cap (the
+/// first steps measure).
 pub fn allot(
     cands: &[(usize, f64)],
     rows: usize,
     emitting: usize,
     room: usize,
-    fit: Option<(f64, f64)>,
+    cost: Option<Cost<'_>>,
 ) -> Vec<usize> {
     let mut take = vec![0; cands.len()];
-    let mut left = room;
-    let Some((a, b)) = fit else {
+    let Some(cost) = cost else {
+        let mut left = room;
         for (t, &(cap, _)) in take.iter_mut().zip(cands) {
             *t = cap.min(left);
             left -= *t;
@@ -260,16 +302,20 @@ pub fn allot(
         }
     }
     offers.sort_by(|x, y| y.0.total_cmp(&x.0));
-    let mut t = a + b * rows as f64;
-    let mut n = emitting.max(1) as f64;
-    for (p, i) in offers {
-        if left == 0 || p * t <= n * b {
-            break;
+    offers.truncate(room);
+    let n = emitting.max(1) as f64;
+    let rate = |extra: usize, tokens: f64| tokens / cost(rows + extra).max(1e-6);
+    let (mut best, mut best_rate) = (0, rate(0, n));
+    let mut tokens = n;
+    for (m, &(p, _)) in offers.iter().enumerate() {
+        tokens += p;
+        let r = rate(m + 1, tokens);
+        if r > best_rate {
+            (best, best_rate) = (m + 1, r);
         }
+    }
+    for &(_, i) in &offers[..best] {
         take[i] += 1;
-        left -= 1;
-        t += b;
-        n += p;
     }
     take
 }
@@ -278,20 +324,22 @@ pub fn allot(
 /// (`EXPLORE` tokens, within the batch's room) even where `allot` declined:
 /// its acceptance is otherwise the prior forever, and a request whose drafts
 /// would pay (text it copies) is never found out. Only where a draft could
-/// pay at all: one accepted nine times in ten must be worth its row by the
-/// fit (`allot`'s rule for the first draft of the step). On a busy CPU batch
-/// no draft pays, and exploring there only costs.
+/// pay at all: `EXPLORE` drafts accepted nine times in ten must raise the
+/// step's tokens per millisecond by the cost. On a busy CPU batch no draft
+/// pays, and exploring there only costs.
 pub fn explore(
     take: &mut [usize],
     cands: &[(usize, f64)],
     fresh: &[bool],
     room: usize,
-    (rows, emitting, fit): (usize, usize, Option<(f64, f64)>),
+    (rows, emitting, cost): (usize, usize, Option<Cost<'_>>),
 ) {
     const EXPLORE: usize = 2;
     const HOPE: f64 = 0.9;
-    if let Some((a, b)) = fit {
-        if HOPE * (a + b * rows as f64) <= emitting.max(1) as f64 * b {
+    if let Some(cost) = cost {
+        let n = emitting.max(1) as f64;
+        let gain = HOPE + HOPE * HOPE;
+        if (n + gain) / cost(rows + EXPLORE) <= n / cost(rows) {
             return;
         }
     }
@@ -307,6 +355,10 @@ pub fn explore(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn line(a: f64, b: f64) -> Box<dyn Fn(usize) -> f64> {
+        Box::new(move |r| a + b * r as f64)
+    }
 
     #[test]
     fn ngram_finds_the_latest_longest_match() {
@@ -394,27 +446,62 @@ mod tests {
         assert!(g.line().is_none(), "no spread: no slope");
     }
 
+    /// The runtime's cost on this CPU (llama-batched-bench, a logit row
+    /// each): not a line, and 4 rows cost less than 3.
+    #[test]
+    fn allot_follows_the_measured_cost_of_each_step_size() {
+        let curve = [
+            (1, 11.4),
+            (2, 21.7),
+            (3, 32.1),
+            (4, 27.9),
+            (5, 35.0),
+            (9, 51.9),
+        ];
+        let mut f = StepFit::default();
+        for _ in 0..5 {
+            for &(r, ms) in &curve {
+                f.observe(r, ms);
+            }
+        }
+        let (_, b) = f.line().unwrap();
+        assert!((f.cost(4).unwrap() - 27.9).abs() < 1e-9);
+        let unseen = f.cost(7).unwrap();
+        assert!(
+            (unseen - (35.0 + 2.0 * b)).abs() < 1e-9,
+            "5 rows' mean + 2 rows"
+        );
+        assert!((f.cost(40).unwrap() - (51.9 + 31.0 * b)).abs() < 1e-9);
+        let cost = |r: usize| f.cost(r).unwrap();
+        // One stream at 0.8: three drafts (4 rows), where the line alone
+        // would not tell 3 from 2 or 4.
+        assert_eq!(allot(&[(8, 0.8)], 1, 1, 100, Some(&cost)), vec![3]);
+        // Poor acceptance: a second row at 1.9x one never pays.
+        assert_eq!(allot(&[(8, 0.4)], 1, 1, 100, Some(&cost)), vec![0]);
+    }
+
     #[test]
     fn allot_drafts_when_rows_are_cheap_and_stands_aside_when_busy() {
         // One decoder, a 10 ms step, 0.5 ms per row: drafts with a good
         // chance are nearly free.
-        let one = allot(&[(8, 0.9)], 1, 1, 100, Some((10.0, 0.5)));
+        let one = allot(&[(8, 0.9)], 1, 1, 100, Some(&*line(10.0, 0.5)));
         assert_eq!(one, vec![8]);
-        let poor = allot(&[(8, 0.2)], 1, 1, 100, Some((10.0, 0.5)));
+        let poor = allot(&[(8, 0.2)], 1, 1, 100, Some(&*line(10.0, 0.5)));
         assert!(poor[0] <= 2, "{poor:?}");
         // 32 decoders at 0.7 ms a row: only near-certain drafts pay.
         let busy: Vec<(usize, f64)> = (0..32).map(|_| (8, 0.6)).collect();
-        let t = allot(&busy, 32, 32, 512, Some((8.0, 0.7)));
+        let t = allot(&busy, 32, 32, 512, Some(&*line(8.0, 0.7)));
         assert!(t.iter().all(|&k| k == 0), "{t:?}");
         let sure: Vec<(usize, f64)> = (0..32).map(|_| (8, 0.98)).collect();
-        let t = allot(&sure, 32, 32, 512, Some((8.0, 0.7)));
+        let t = allot(&sure, 32, 32, 512, Some(&*line(8.0, 0.7)));
         assert!(t.iter().sum::<usize>() > 0, "{t:?}");
         // A flat step (a GPU): drafts are free up to the batch's room.
         let gpu: Vec<(usize, f64)> = (0..64).map(|_| (4, 0.5)).collect();
-        let t = allot(&gpu, 64, 64, 100, Some((10.0, 0.001)));
+        let t = allot(&gpu, 64, 64, 100, Some(&*line(10.0, 0.001)));
         assert_eq!(t.iter().sum::<usize>(), 100);
         // A never-verified request tries a little once, within the room.
-        let cheap = (1, 1, Some((10.0, 0.5)));
+        let l = line(10.0, 0.5);
+        let cheap = (1, 1, Some(&*l));
         let mut t = vec![0, 0, 3];
         explore(
             &mut t,
@@ -432,10 +519,10 @@ mod tests {
         // where every row costs about the same) ...
         let mut t = vec![0; 32];
         let fresh = vec![true; 32];
-        explore(&mut t, &busy, &fresh, 512, (32, 32, Some((2.0, 0.7))));
+        explore(&mut t, &busy, &fresh, 512, (32, 32, Some(&*line(2.0, 0.7))));
         assert!(t.iter().all(|&k| k == 0), "{t:?}");
         // ... while on an 8 ms base one would.
-        explore(&mut t, &busy, &fresh, 512, (32, 32, Some((8.0, 0.7))));
+        explore(&mut t, &busy, &fresh, 512, (32, 32, Some(&*line(8.0, 0.7))));
         assert!(t.iter().all(|&k| k == 2), "{t:?}");
         // Without a fit yet it explores (the first steps measure).
         let mut t = vec![0];
