@@ -177,14 +177,14 @@ impl Priors {
     }
 }
 
-/// Step time by the step's rows (of every kind), learned from every
-/// decode-only step: a line fitted by forgetting least squares (on a CPU
-/// each row costs about the same; on a GPU a step is nearly flat up to
-/// large batches), and where steps of a size have been seen, their own mean.
-/// The runtime's cost is not a line at small batches: with a logit row
-/// each, 2 rows cost 1.9× one and 4 rows less than 3 on this 2-core CPU
-/// (llama-batched-bench, docs/BENCHMARKS.md [8/8]), and the line would
-/// pick the wrong draft count exactly where one stream drafts.
+/// Step time as a line in the step's rows (of every kind), fitted by
+/// forgetting least squares over recent decode-only steps: on a CPU each row
+/// costs about the same; on a GPU a step is nearly flat up to large
+/// batches, and the slope the fit finds is small. (The runtime's cost is not
+/// a line at small batches: on this 2-core CPU 2 rows cost 2× one and 4
+/// rows about what 3 do. Pricing each size by its own measured mean made
+/// one stream draft less and gain less: the acceptance model, one rate per
+/// request, is the cruder part. docs/BENCHMARKS.md [8/8].)
 #[derive(Debug, Clone, Default)]
 pub struct StepFit {
     /// w, x, y, xx, xy.
@@ -192,19 +192,10 @@ pub struct StepFit {
     /// Steps seen; the first (the runtime's warm-up: graph and buffer
     /// allocation, several times a later step's cost) is left out.
     seen: u64,
-    /// (mean ms, steps seen) by row count 1..=`TABLE`.
-    table: [(f64, u32); TABLE],
 }
-
-/// Row counts with a measured mean of their own.
-const TABLE: usize = 32;
 
 impl StepFit {
     const DECAY: f64 = 0.95;
-    /// Weight of a new step in its row count's mean.
-    const ALPHA: f64 = 0.2;
-    /// Steps of a size before its mean replaces the line.
-    const TRUST: u32 = 3;
 
     pub fn observe(&mut self, tokens: usize, ms: f64) {
         self.seen += 1;
@@ -214,14 +205,6 @@ impl StepFit {
         let x = tokens as f64;
         for (s, v) in self.s.iter_mut().zip([1.0, x, ms, x * x, x * ms]) {
             *s = *s * Self::DECAY + v;
-        }
-        if let Some((m, n)) = self.table.get_mut(tokens - 1) {
-            *m = if *n == 0 {
-                ms
-            } else {
-                *m + Self::ALPHA * (ms - *m)
-            };
-            *n = n.saturating_add(1);
         }
     }
 
@@ -243,19 +226,9 @@ impl StepFit {
         Some((a, b))
     }
 
-    /// A step of `rows` rows, ms: its size's own mean where steps of that
-    /// size were seen; else the nearest smaller seen size's plus the line's
-    /// slope for the rows past it (so the price of one more row is never a
-    /// jump from a measured mean onto the line); else the line. `None`
-    /// before there is a line.
+    /// A step of `rows` rows, ms, by the line; `None` before there is one.
     pub fn cost(&self, rows: usize) -> Option<f64> {
         let (a, b) = self.line()?;
-        for r in (1..=rows.min(TABLE)).rev() {
-            let (ms, n) = self.table[r - 1];
-            if n >= Self::TRUST {
-                return Some(ms + b * (rows - r) as f64);
-            }
-        }
         Some(a + b * rows as f64)
     }
 }
@@ -444,40 +417,6 @@ mod tests {
             g.observe(4, 10.0);
         }
         assert!(g.line().is_none(), "no spread: no slope");
-    }
-
-    /// The runtime's cost on this CPU (llama-batched-bench, a logit row
-    /// each): not a line, and 4 rows cost less than 3.
-    #[test]
-    fn allot_follows_the_measured_cost_of_each_step_size() {
-        let curve = [
-            (1, 11.4),
-            (2, 21.7),
-            (3, 32.1),
-            (4, 27.9),
-            (5, 35.0),
-            (9, 51.9),
-        ];
-        let mut f = StepFit::default();
-        for _ in 0..5 {
-            for &(r, ms) in &curve {
-                f.observe(r, ms);
-            }
-        }
-        let (_, b) = f.line().unwrap();
-        assert!((f.cost(4).unwrap() - 27.9).abs() < 1e-9);
-        let unseen = f.cost(7).unwrap();
-        assert!(
-            (unseen - (35.0 + 2.0 * b)).abs() < 1e-9,
-            "5 rows' mean + 2 rows"
-        );
-        assert!((f.cost(40).unwrap() - (51.9 + 31.0 * b)).abs() < 1e-9);
-        let cost = |r: usize| f.cost(r).unwrap();
-        // One stream at 0.8: three drafts (4 rows), where the line alone
-        // would not tell 3 from 2 or 4.
-        assert_eq!(allot(&[(8, 0.8)], 1, 1, 100, Some(&cost)), vec![3]);
-        // Poor acceptance: a second row at 1.9x one never pays.
-        assert_eq!(allot(&[(8, 0.4)], 1, 1, 100, Some(&cost)), vec![0]);
     }
 
     #[test]
