@@ -82,14 +82,9 @@ impl<B: Backend> Owner<B> {
         // riding in it is work of its own, not time the drafts may spend).
         let room = self.n_batch.saturating_sub(plan.n_tokens());
         let dec = plan.decode.len();
-        let fit = &self.spec_fit;
-        let by_rows = |r: usize| fit.cost(r).unwrap_or(0.0);
-        let cost = fit
-            .line()
-            .is_some()
-            .then_some(&by_rows as speculate::Cost<'_>);
-        let mut take = speculate::allot(&cands, dec, dec, room, cost);
-        speculate::explore(&mut take, &cands, &unseen, room, (dec, dec, cost));
+        let fit = self.spec_fit.line();
+        let mut take = speculate::allot(&cands, dec, dec, room, fit);
+        speculate::explore(&mut take, &cands, &unseen, room, (dec, dec, fit));
         let mut by_model = Vec::new();
         for (&i, &k) in idx.iter().zip(&take) {
             let s = &mut self.seqs[i];

@@ -147,14 +147,14 @@ impl Sampler {
         }
     }
 
-    /// Greedy with nothing that reads other logits than the maximum.
     /// Argmax draws (penalties and biases may still shape the logits).
     pub fn greedy(&self) -> bool {
         self.p.temperature <= 1e-6 || self.p.top_k == 1
     }
 
+    /// Greedy with nothing that reads other logits than the maximum.
     pub fn plain_greedy(&self) -> bool {
-        (self.p.temperature <= 1e-6 || self.p.top_k == 1) && !self.has_penalties()
+        self.greedy() && !self.has_penalties()
     }
 
     fn has_penalties(&self) -> bool {

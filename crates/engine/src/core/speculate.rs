@@ -130,13 +130,19 @@ impl SpecState {
         }
         self.drafted += drafted as u64;
         self.accepted += accepted as u64;
-        let trials = accepted + usize::from(accepted < drafted);
+        let trials = trials(drafted, accepted);
         let rate = accepted as f64 / trials as f64;
         // Weighted by the evidence: a long run moves the estimate more.
         let w = 1.0 - (1.0 - Self::ALPHA).powi(trials.min(8) as i32);
         self.acc += w * (rate - self.acc);
         self.acc = self.acc.clamp(0.02, 0.98);
     }
+}
+
+/// Trials in a verification where the first `accepted` of `drafted` drafts
+/// matched: a run of a among d drafts is a successes and (a < d) one failure.
+fn trials(drafted: usize, accepted: usize) -> usize {
+    accepted + usize::from(accepted < drafted)
 }
 
 /// Acceptance a new request starts from, learned over the server's
@@ -169,7 +175,7 @@ impl Priors {
         if drafted == 0 {
             return;
         }
-        let trials = accepted + usize::from(accepted < drafted);
+        let trials = trials(drafted, accepted);
         let (a, n) = &mut self.s[class % 4];
         let keep = (1.0 - trials as f64 / Self::SPAN).max(0.0);
         *a = *a * keep + accepted as f64;
@@ -225,39 +231,28 @@ impl StepFit {
         let a = (my - b * mx).max(0.0);
         Some((a, b))
     }
-
-    /// A step of `rows` rows, ms, by the line; `None` before there is one.
-    pub fn cost(&self, rows: usize) -> Option<f64> {
-        let (a, b) = self.line()?;
-        Some(a + b * rows as f64)
-    }
 }
-
-/// Step ms by rows (`StepFit::cost`, or a line in tests).
-pub type Cost<'a> = &'a dyn Fn(usize) -> f64;
 
 /// Draft rows for one step. `cands[i]` = (most tokens sequence i may draft
 /// now, its acceptance estimate); `rows` = the step's rows without drafts,
 /// `emitting` = the tokens they emit (one per decoder); `room` = rows the
 /// batch has left. Returns how many tokens each candidate drafts.
 ///
-/// By expected tokens per millisecond: draft `j` of a sequence with
-/// acceptance `a` is emitted with probability `a^j`; drafts are offered
-/// most likely first, and the step takes the number of them that gives the
-/// most expected tokens (its decoders' plus the drafts') per millisecond of
-/// the step's cost at that many rows (none where no count beats the step
-/// without drafts). Without a cost yet, each candidate drafts its cap (the
-/// first steps measure).
+/// Greedy by expected value: draft `j` of a sequence with acceptance `a` is
+/// emitted with probability `a^j`; it is added while that beats the step's
+/// time per emitted token times its own cost (`p * T > N * b`: adding it
+/// raises tokens per millisecond), most likely drafts first. Without a fit
+/// yet, each candidate drafts its cap (the first steps measure).
 pub fn allot(
     cands: &[(usize, f64)],
     rows: usize,
     emitting: usize,
     room: usize,
-    cost: Option<Cost<'_>>,
+    fit: Option<(f64, f64)>,
 ) -> Vec<usize> {
     let mut take = vec![0; cands.len()];
-    let Some(cost) = cost else {
-        let mut left = room;
+    let mut left = room;
+    let Some((a, b)) = fit else {
         for (t, &(cap, _)) in take.iter_mut().zip(cands) {
             *t = cap.min(left);
             left -= *t;
@@ -275,20 +270,16 @@ pub fn allot(
         }
     }
     offers.sort_by(|x, y| y.0.total_cmp(&x.0));
-    offers.truncate(room);
-    let n = emitting.max(1) as f64;
-    let rate = |extra: usize, tokens: f64| tokens / cost(rows + extra).max(1e-6);
-    let (mut best, mut best_rate) = (0, rate(0, n));
-    let mut tokens = n;
-    for (m, &(p, _)) in offers.iter().enumerate() {
-        tokens += p;
-        let r = rate(m + 1, tokens);
-        if r > best_rate {
-            (best, best_rate) = (m + 1, r);
+    let mut t = a + b * rows as f64;
+    let mut n = emitting.max(1) as f64;
+    for (p, i) in offers {
+        if left == 0 || p * t <= n * b {
+            break;
         }
-    }
-    for &(_, i) in &offers[..best] {
         take[i] += 1;
+        left -= 1;
+        t += b;
+        n += p;
     }
     take
 }
@@ -305,14 +296,14 @@ pub fn explore(
     cands: &[(usize, f64)],
     fresh: &[bool],
     room: usize,
-    (rows, emitting, cost): (usize, usize, Option<Cost<'_>>),
+    (rows, emitting, fit): (usize, usize, Option<(f64, f64)>),
 ) {
     const EXPLORE: usize = 2;
     const HOPE: f64 = 0.9;
-    if let Some(cost) = cost {
-        let n = emitting.max(1) as f64;
-        let gain = HOPE + HOPE * HOPE;
-        if (n + gain) / cost(rows + EXPLORE) <= n / cost(rows) {
+    if let Some((a, b)) = fit {
+        // (n + gain) / (t + 2b) > n / t, as in `allot`.
+        let (n, t) = (emitting.max(1) as f64, a + b * rows as f64);
+        if (HOPE + HOPE * HOPE) * t <= EXPLORE as f64 * b * n {
             return;
         }
     }
@@ -328,10 +319,6 @@ pub fn explore(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn line(a: f64, b: f64) -> Box<dyn Fn(usize) -> f64> {
-        Box::new(move |r| a + b * r as f64)
-    }
 
     #[test]
     fn ngram_finds_the_latest_longest_match() {
@@ -423,24 +410,23 @@ mod tests {
     fn allot_drafts_when_rows_are_cheap_and_stands_aside_when_busy() {
         // One decoder, a 10 ms step, 0.5 ms per row: drafts with a good
         // chance are nearly free.
-        let one = allot(&[(8, 0.9)], 1, 1, 100, Some(&*line(10.0, 0.5)));
+        let one = allot(&[(8, 0.9)], 1, 1, 100, Some((10.0, 0.5)));
         assert_eq!(one, vec![8]);
-        let poor = allot(&[(8, 0.2)], 1, 1, 100, Some(&*line(10.0, 0.5)));
+        let poor = allot(&[(8, 0.2)], 1, 1, 100, Some((10.0, 0.5)));
         assert!(poor[0] <= 2, "{poor:?}");
         // 32 decoders at 0.7 ms a row: only near-certain drafts pay.
         let busy: Vec<(usize, f64)> = (0..32).map(|_| (8, 0.6)).collect();
-        let t = allot(&busy, 32, 32, 512, Some(&*line(8.0, 0.7)));
+        let t = allot(&busy, 32, 32, 512, Some((8.0, 0.7)));
         assert!(t.iter().all(|&k| k == 0), "{t:?}");
         let sure: Vec<(usize, f64)> = (0..32).map(|_| (8, 0.98)).collect();
-        let t = allot(&sure, 32, 32, 512, Some(&*line(8.0, 0.7)));
+        let t = allot(&sure, 32, 32, 512, Some((8.0, 0.7)));
         assert!(t.iter().sum::<usize>() > 0, "{t:?}");
         // A flat step (a GPU): drafts are free up to the batch's room.
         let gpu: Vec<(usize, f64)> = (0..64).map(|_| (4, 0.5)).collect();
-        let t = allot(&gpu, 64, 64, 100, Some(&*line(10.0, 0.001)));
+        let t = allot(&gpu, 64, 64, 100, Some((10.0, 0.001)));
         assert_eq!(t.iter().sum::<usize>(), 100);
         // A never-verified request tries a little once, within the room.
-        let l = line(10.0, 0.5);
-        let cheap = (1, 1, Some(&*l));
+        let cheap = (1, 1, Some((10.0, 0.5)));
         let mut t = vec![0, 0, 3];
         explore(
             &mut t,
@@ -458,10 +444,10 @@ mod tests {
         // where every row costs about the same) ...
         let mut t = vec![0; 32];
         let fresh = vec![true; 32];
-        explore(&mut t, &busy, &fresh, 512, (32, 32, Some(&*line(2.0, 0.7))));
+        explore(&mut t, &busy, &fresh, 512, (32, 32, Some((2.0, 0.7))));
         assert!(t.iter().all(|&k| k == 0), "{t:?}");
         // ... while on an 8 ms base one would.
-        explore(&mut t, &busy, &fresh, 512, (32, 32, Some(&*line(8.0, 0.7))));
+        explore(&mut t, &busy, &fresh, 512, (32, 32, Some((8.0, 0.7))));
         assert!(t.iter().all(|&k| k == 2), "{t:?}");
         // Without a fit yet it explores (the first steps measure).
         let mut t = vec![0];
