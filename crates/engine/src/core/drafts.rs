@@ -82,7 +82,7 @@ impl<B: Backend> Owner<B> {
         // riding in it is work of its own, not time the drafts may spend).
         let room = self.n_batch.saturating_sub(plan.n_tokens());
         let dec = plan.decode.len();
-        let fit = self.spec_fit.line();
+        let fit = self.config.spec_cost_line.or_else(|| self.spec_fit.line());
         let mut take = speculate::allot(&cands, dec, dec, room, fit);
         speculate::explore(&mut take, &cands, &unseen, room, (dec, dec, fit));
         let mut by_model = Vec::new();
