@@ -18,7 +18,7 @@ use tools_cli::{bench_runtime, convert, BenchRuntimeArgs, ConvertArgs};
 #[derive(Parser)]
 #[command(
     name = "steward",
-    version,
+    version = env!("STEWARD_VERSION"),
     about = "An OpenAI-compatible LLM inference server on llama.cpp"
 )]
 struct Cli {
