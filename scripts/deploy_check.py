@@ -6,15 +6,24 @@ pieces agreeing with each other and with Steward: the Service and the
 InferencePool select the Deployment's pods, the ports they name exist and
 are the ones the container's arguments open, the probes hit /health and
 /ready, the pods carry the engine-type label, the memory limit is above
---memory-budget. (The InferencePool is a CRD whose schema is not on PyPI:
-its fields are checked here against the v1 API's required ones.)
+--memory-budget, the image is the tag scripts/image.sh builds for this
+version and runs as the image's user. The InferencePool is a CRD whose
+schema is not on PyPI: it is validated (jsonschema) against
+deploy/schema/inferencepool-v1.json, written from the Gateway API Inference
+Extension's v1 API reference, and broken pools must fail that schema.
 Usage: deploy_check.py [KUBERNETES_VALIDATE]"""
+import copy
 import glob
+import json
+import re
 import shutil
 import subprocess
 import sys
 
+import tomllib
+
 import yaml
+from jsonschema import Draft202012Validator
 
 failures = []
 
@@ -70,5 +79,40 @@ ok(lim > mem_bytes(args["memory-budget"]) and mem_bytes(c["resources"]["requests
    "memory: request <= limit, limit above --memory-budget")
 grace = dep["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
 ok(grace > int(args["drain-timeout-s"]), "terminationGracePeriodSeconds outlasts --drain-timeout-s")
+
+# The image: the tag scripts/image.sh builds (the model baked in) for the
+# workspace version, run as the user the image declares.
+with open("Cargo.toml", "rb") as f:
+    version = tomllib.load(f)["workspace"]["package"]["version"]
+ok(c["image"] == f"localhost/steward:{version}-smollm2",
+   f"the image is localhost/steward:{version}-smollm2 (scripts/image.sh): {c['image']}")
+user = re.search(r"^USER\s+(\d+)", open("deploy/Containerfile").read(), re.M)
+psc = dep["spec"]["template"]["spec"].get("securityContext", {})
+ok(user is not None and psc.get("runAsUser") == int(user.group(1)) and psc.get("runAsNonRoot") is True
+   and c.get("securityContext", {}).get("readOnlyRootFilesystem") is True,
+   f"non-root as the image's USER ({user.group(1) if user else None}), read-only root")
+
+# The InferencePool against its schema; broken pools must fail it.
+schema = json.load(open("deploy/schema/inferencepool-v1.json"))
+Draft202012Validator.check_schema(schema)
+pool_schema = Draft202012Validator(schema)
+errs = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in pool_schema.iter_errors(pool)]
+ok(not errs, "the InferencePool validates against deploy/schema/inferencepool-v1.json" + (f": {errs}" if errs else ""))
+
+
+def broken(what, change):
+    p = copy.deepcopy(pool)
+    change(p["spec"])
+    ok(any(True for _ in pool_schema.iter_errors(p)), f"a broken InferencePool fails the schema: {what}")
+
+
+broken("no targetPorts", lambda s: s.pop("targetPorts"))
+broken("nine targetPorts (at most 8)", lambda s: s.update(targetPorts=[{"number": 8000 + i} for i in range(9)]))
+broken("one target port twice", lambda s: s.update(targetPorts=[{"number": 8000}, {"number": 8000}]))
+broken("port 70000", lambda s: s.update(targetPorts=[{"number": 70000}]))
+broken("an empty selector", lambda s: s.update(selector={"matchLabels": {}}))
+broken("the picker, a Service, without its port", lambda s: s["endpointPickerRef"].pop("port"))
+broken("failureMode not FailOpen or FailClose", lambda s: s["endpointPickerRef"].update(failureMode="Open"))
+broken("an unknown field (targetPort)", lambda s: s.update(targetPort={"number": 8000}))
 print(f"deploy check: {'FAIL' if failures else 'PASS'} ({len(failures)} failed)")
 sys.exit(1 if failures else 0)
