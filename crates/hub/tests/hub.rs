@@ -200,7 +200,10 @@ fn stalled_download_is_abandoned_and_resumed() {
     let cache = temp();
     let mut o = hub.options(cache.path());
     o.retries = 1;
-    o.stall_timeout = Duration::from_millis(400);
+    // Long enough that a healthy chunk from the local hub never looks
+    // stalled on a loaded machine (the one retry is the stall's); the
+    // stalled request costs the test this long.
+    o.stall_timeout = Duration::from_secs(5);
     let stall_at = 2 * CHUNK as u64;
     hub.faults().stall = Fault {
         times: 1,
@@ -211,7 +214,7 @@ fn stalled_download_is_abandoned_and_resumed() {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || tx.send(fetch_blocking(&model_ref(), &o)));
     let path = rx
-        .recv_timeout(Duration::from_secs(30))
+        .recv_timeout(Duration::from_secs(300))
         .expect("the stalled download was not abandoned")
         .unwrap();
     assert_eq!(std::fs::read(&path).unwrap(), model);
@@ -275,11 +278,19 @@ fn tampered_cache_is_hashed_again_and_refused() {
     let cache = temp();
     let o = hub.options(cache.path());
     let path = fetch_blocking(&model_ref(), &o).unwrap();
-    // Same size, one byte changed (the mtime moves, so the marker no longer holds).
+    // Same size, one byte changed (the mtime moves, so the marker no longer
+    // holds; moved by hand, not left to the clock's granularity).
     let mut bytes = std::fs::read(&path).unwrap();
     bytes[1000] ^= 1;
-    std::thread::sleep(Duration::from_millis(20));
-    std::fs::write(std::fs::canonicalize(&path).unwrap(), &bytes).unwrap();
+    let blob = std::fs::canonicalize(&path).unwrap();
+    let mtime = std::fs::metadata(&blob).unwrap().modified().unwrap();
+    std::fs::write(&blob, &bytes).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&blob)
+        .unwrap()
+        .set_modified(mtime + Duration::from_secs(10))
+        .unwrap();
 
     let offline = HubOptions {
         offline: true,
@@ -299,11 +310,14 @@ fn tampered_cache_is_hashed_again_and_refused() {
 
 // ---- 4. offline ----
 
-fn dead_endpoint() -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    drop(listener);
-    format!("http://{addr}")
+/// An endpoint nothing answers: a port bound (so no one else gets it) but
+/// not listening, so every connection is refused. Keep the socket while
+/// the endpoint is used.
+fn dead_endpoint() -> (tokio::net::TcpSocket, String) {
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = sock.local_addr().unwrap();
+    (sock, format!("http://{addr}"))
 }
 
 #[test]
@@ -314,8 +328,9 @@ fn offline_and_unreachable_serve_the_cache() {
     let path = fetch_blocking(&model_ref(), &o).unwrap();
     hub.take_log();
 
+    let (_bound, endpoint) = dead_endpoint();
     let dead = HubOptions {
-        endpoint: dead_endpoint(),
+        endpoint,
         ..o.clone()
     };
     let offline = HubOptions {

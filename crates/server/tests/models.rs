@@ -8,6 +8,10 @@
 //!
 //! One test function: the RSS checks need no other test's models loaded
 //! in the same process meanwhile.
+//!
+//! A model's runs of one prompt in other cache states are compared through
+//! `steward_engine::compare` (the reference asks for its top two
+//! logprobs); waits poll under `common::HANG_GUARD`.
 
 #[path = "it/common/mod.rs"]
 mod common;
@@ -15,7 +19,9 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::HANG_GUARD;
 use serde_json::{json, Value};
+use steward_engine::compare::{self, TIE_NATS};
 use steward_engine::{Engine, EngineConfig};
 use steward_registry::{ModelSpec, Options, Registry, Source};
 
@@ -49,6 +55,24 @@ async fn serve(reg: Arc<Registry>) -> common::Server {
 async fn complete(s: &common::Server, model: &str) -> (u16, reqwest::header::HeaderMap, Value) {
     let body = json!({"model": model, "prompt": "The capital of France is", "max_tokens": 8, "temperature": 0});
     s.post("/v1/completions", &body.to_string()).await
+}
+
+/// `complete` with the top two logprobs of every token (a run compared to
+/// another), answered 200.
+async fn complete_scored(s: &common::Server, model: Option<&str>) -> Value {
+    let mut body = json!({"prompt": "The capital of France is", "max_tokens": 8, "temperature": 0, "logprobs": 2});
+    if let Some(m) = model {
+        body["model"] = json!(m);
+    }
+    let (st, _, v) = s.post("/v1/completions", &body.to_string()).await;
+    assert_eq!(st, 200, "{v}");
+    v
+}
+
+/// `got`'s tokens against the reference run `want` (`compare`).
+fn agrees(got: &Value, want: &Value, what: &str) {
+    let got = common::scored(got).tokens;
+    compare::assert_greedy_agree(&got, &common::scored(want), TIE_NATS, what);
 }
 
 async fn models(s: &common::Server) -> Vec<Value> {
@@ -105,10 +129,8 @@ async fn several_models_in_one_server() {
     );
     assert!(reg.preload().await.is_empty());
     let s = serve(reg.clone()).await;
-    let (st, _, a) = complete(&s, "smol").await;
-    assert_eq!(st, 200, "{a}");
-    let (st, _, b) = complete(&s, "gemma").await;
-    assert_eq!(st, 200, "{b}");
+    let a = complete_scored(&s, Some("smol")).await;
+    let b = complete_scored(&s, Some("gemma")).await;
     assert_eq!(a["model"], "smol");
     assert_eq!(b["model"], "gemma");
     // Their own tokenizers: the same text is a different number of tokens.
@@ -117,16 +139,10 @@ async fn several_models_in_one_server() {
         a["usage"]["prompt_tokens"], b["usage"]["prompt_tokens"],
         "{a} {b}"
     );
-    // No `model`: the default.
-    let (st, _, d) = s
-        .post(
-            "/v1/completions",
-            &json!({"prompt": "The capital of France is", "max_tokens": 8, "temperature": 0})
-                .to_string(),
-        )
-        .await;
-    assert_eq!(st, 200);
-    assert_eq!(text(&d), text(&a));
+    // No `model`: the default (its prompt from smol's cache).
+    let d = complete_scored(&s, None).await;
+    assert_eq!(d["model"], "smol");
+    agrees(&d, &a, "the default vs smol");
     // The third does not fit next to the two pinned ones.
     let (st, h, e) = complete(&s, "third").await;
     common::assert_error(st, &e, 503, "model_does_not_fit");
@@ -147,9 +163,8 @@ async fn several_models_in_one_server() {
         .as_str()
         .unwrap()
         .contains("not found"));
-    let (st, _, again) = complete(&s, "gemma").await;
-    assert_eq!(st, 200);
-    assert_eq!(text(&again), text(&b));
+    let again = complete_scored(&s, Some("gemma")).await;
+    agrees(&again, &b, "gemma again");
     // An unknown model is a 404 in OpenAI's shape; one model's card.
     let (st, _, e) = complete(&s, "nope").await;
     common::assert_error(st, &e, 404, "model_not_found");
@@ -184,7 +199,6 @@ async fn several_models_in_one_server() {
     ] {
         assert!(m.contains(want), "{want} missing");
     }
-    let gemma_text = text(&b);
     reg.stop_all().await;
     drop(s);
 
@@ -206,29 +220,43 @@ async fn several_models_in_one_server() {
     let s = serve(reg.clone()).await;
     assert_eq!(state_of(&s, "gemma").await, "unloaded");
     let before = rss();
-    // The first request loads it; streamed, it gets keep-alive pings
-    // while it waits.
-    let r = s
+    // The first request loads it; streamed, it gets keep-alive pings while
+    // it waits. It goes on (400 tokens, no end-of-generation) while the
+    // memory is read, so the model is busy, not idle, until its client
+    // leaves.
+    let mut r = s
         .client
         .post(format!("{}/v1/completions", s.base))
-        .json(&json!({"model": "gemma", "prompt": "The capital of France is", "max_tokens": 8, "temperature": 0, "stream": true}))
+        .json(
+            &json!({"model": "gemma", "prompt": "The capital of France is", "max_tokens": 400,
+            "ignore_eos": true, "temperature": 0, "stream": true, "logprobs": 2}),
+        )
         .send()
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
-    let raw = r.text().await.unwrap();
+    let want = common::scored(&b);
+    let mut bytes = Vec::new();
+    let (raw, streamed) = loop {
+        bytes.extend_from_slice(&r.chunk().await.unwrap().expect("the stream ended early"));
+        let raw = String::from_utf8_lossy(&bytes).into_owned();
+        let events = &raw[..raw.rfind("\n\n").map_or(0, |i| i + 2)];
+        let chunks: Vec<Value> = events
+            .split("\n\n")
+            .filter_map(|e| e.strip_prefix("data: "))
+            .filter_map(|d| serde_json::from_str(d).ok())
+            .collect();
+        let got = common::scored_stream(&chunks);
+        if got.tokens.len() >= want.tokens.len() {
+            break (raw, got);
+        }
+    };
     assert!(raw.starts_with(": loading model"), "{raw}");
-    assert!(raw.trim_end().ends_with("data: [DONE]"), "{raw}");
-    let streamed: String = raw
-        .split("\n\n")
-        .filter_map(|e| e.strip_prefix("data: "))
-        .filter(|d| *d != "[DONE]")
-        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
-        .filter_map(|v| v["choices"][0]["text"].as_str().map(str::to_string))
-        .collect();
-    assert_eq!(
-        streamed, gemma_text,
-        "its own output, loaded alone as beside smol"
+    compare::assert_greedy_agree(
+        &streamed.tokens[..want.tokens.len()],
+        &want,
+        TIE_NATS,
+        "gemma loaded alone vs beside smol",
     );
     let loaded_rss = rss();
     let ledger = s.get_json("/debug/ledger").await;
@@ -239,28 +267,34 @@ async fn several_models_in_one_server() {
         "loading gemma raised RSS by {} MiB",
         (loaded_rss.saturating_sub(before)) >> 20
     );
-    // Idle for 2 s: unloaded.
+    drop(r);
+    // Idle for 2 s once its client left: unloaded, and its memory returned.
     let t = Instant::now();
     while state_of(&s, "gemma").await != "unloaded" {
-        assert!(t.elapsed() < Duration::from_secs(20), "never unloaded");
+        assert!(t.elapsed() < HANG_GUARD, "never unloaded");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let after = rss();
-    assert!(
-        after + gemma_weights / 2 < loaded_rss,
-        "RSS {} MiB loaded, {} MiB after the unload (weights {} MiB)",
-        loaded_rss >> 20,
-        after >> 20,
-        gemma_weights >> 20
-    );
+    let t = Instant::now();
+    loop {
+        let after = rss();
+        if after + gemma_weights / 2 < loaded_rss {
+            break;
+        }
+        assert!(
+            t.elapsed() < HANG_GUARD,
+            "RSS {} MiB loaded, {} MiB after the unload (weights {} MiB)",
+            loaded_rss >> 20,
+            after >> 20,
+            gemma_weights >> 20
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let ledger = s.get_json("/debug/ledger").await;
     assert!(ledger["models"].get("gemma").is_none(), "{ledger}");
     assert!(ledger["models"].get("smol").is_some());
     // The next request loads it again.
-    let (st, _, v) = complete(&s, "gemma").await;
-    assert_eq!(st, 200);
-    assert_eq!(text(&v), gemma_text);
+    let v = complete_scored(&s, Some("gemma")).await;
+    agrees(&v, &b, "gemma loaded again");
     let card = models(&s)
         .await
         .into_iter()

@@ -1,11 +1,18 @@
 //! [4/8] over HTTP against the real model: clients that leave (mid-decode,
 //! mid-prefill) cost nothing after they leave and do not disturb the others;
-//! a slow reader is paused, bounded, and does not slow the fast ones.
+//! a slow reader is paused, bounded, and does not hold back the fast ones.
+//!
+//! Structure, not speed: what "cost nothing" and "does not hold back" mean
+//! here is read from the engine's counters and step records (the latencies
+//! are measured in benchmarks). Waits poll under `common::HANG_GUARD`.
+
+use crate::common::{self, HANG_GUARD};
 
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use steward_engine::{Engine, EngineConfig, EngineHandle};
+use steward_engine::compare::{self, Scored, TIE_NATS};
+use steward_engine::{Engine, EngineConfig, EngineHandle, EngineStats};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 async fn start(tweak: impl FnOnce(&mut EngineConfig)) -> (String, EngineHandle) {
@@ -39,8 +46,16 @@ fn body(content: &str, max_tokens: u32, stream: bool) -> Value {
            "logprobs": true})
 }
 
-/// Greedy tokens of a streamed request, read to the end.
-async fn stream_tokens(client: &reqwest::Client, base: &str, b: &Value) -> Vec<String> {
+/// `body` with the top two alternatives of every token (a reference run).
+fn scored_body(content: &str, max_tokens: u32) -> Value {
+    let mut b = body(content, max_tokens, true);
+    b["top_logprobs"] = json!(2);
+    b
+}
+
+/// Greedy tokens (and their logprob rows) of a streamed request, read to
+/// the end.
+async fn stream_tokens(client: &reqwest::Client, base: &str, b: &Value) -> Scored<String> {
     let raw = client
         .post(format!("{base}/v1/chat/completions"))
         .json(b)
@@ -50,20 +65,25 @@ async fn stream_tokens(client: &reqwest::Client, base: &str, b: &Value) -> Vec<S
         .text()
         .await
         .unwrap();
-    let mut toks = Vec::new();
-    for line in raw.lines() {
-        if let Some(d) = line.strip_prefix("data: ") {
-            if let Ok(v) = serde_json::from_str::<Value>(d) {
-                if let Some(c) = v["choices"][0]["logprobs"]["content"].as_array() {
-                    toks.extend(
-                        c.iter()
-                            .map(|x| x["token"].as_str().unwrap_or("").to_string()),
-                    );
-                }
-            }
+    let chunks: Vec<Value> = raw
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str(d).ok())
+        .collect();
+    common::scored_stream(&chunks)
+}
+
+/// Polls the engine's stats until `done` holds.
+async fn wait_for(engine: &EngineHandle, what: &str, done: impl Fn(&EngineStats) -> bool) {
+    let deadline = Instant::now() + HANG_GUARD;
+    loop {
+        let st = engine.stats();
+        if done(&st) {
+            return;
         }
+        assert!(Instant::now() < deadline, "{what}: never happened: {st:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    toks
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -78,13 +98,14 @@ async fn clients_leaving_mid_decode_and_mid_prefill_cost_nothing_after() {
     let keepers = ["Name three rivers.", "Describe the sea."];
     let mut solo = Vec::new();
     for k in keepers {
-        solo.push(stream_tokens(&client, &base, &body(k, 40, true)).await);
+        solo.push(stream_tokens(&client, &base, &scored_body(k, 40)).await);
     }
     // Two streams that stay, sixteen that leave after 20 chunks, four that
-    // leave 0.2 s into a ~3,000-token prefill.
+    // leave once admitted, while their ~3,000-token prompts prefill (a
+    // streamed answer starts at admission; 47 steps of prompt follow).
     let mut stay = Vec::new();
     for k in keepers {
-        let (c, b, bd) = (client.clone(), base.clone(), body(k, 40, true));
+        let (c, b, bd) = (client.clone(), base.clone(), scored_body(k, 40));
         stay.push(tokio::spawn(
             async move { stream_tokens(&c, &b, &bd).await },
         ));
@@ -109,60 +130,52 @@ async fn clients_leaving_mid_decode_and_mid_prefill_cost_nothing_after() {
                 }
             }
             drop(r);
-            Instant::now()
         }));
     }
     let long = "The keeper wrote down the weather and the ships. ".repeat(270);
     for _ in 0..4 {
         let (c, b, l) = (client.clone(), base.clone(), long.clone());
         leavers.push(tokio::spawn(async move {
-            let fut = c
+            // 100 tokens after the prompt: it cannot end before its client
+            // hangs up just after admission.
+            let r = c
                 .post(format!("{b}/v1/chat/completions"))
-                .json(&body(&l, 8, true))
-                .send();
-            let _ = tokio::time::timeout(Duration::from_millis(200), async {
-                let mut r = fut.await.unwrap();
-                assert_eq!(r.status(), 200, "long prompt accepted");
-                while let Ok(Some(_)) = r.chunk().await {}
-            })
-            .await;
-            Instant::now()
+                .json(&body(&l, 100, true))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 200, "long prompt admitted");
+            drop(r);
         }));
     }
-    let mut last_close = Instant::now() - Duration::from_secs(100);
     for l in leavers {
-        last_close = last_close.max(l.await.unwrap());
+        l.await.unwrap();
     }
-    // Within a second of the last close, nothing of theirs is left.
-    let deadline = last_close + Duration::from_secs(1);
-    loop {
-        let st = engine.stats();
-        let alive = st.running + st.prefilling;
-        if st.requests_cancelled == 20 && alive <= 2 && st.waiting == 0 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "not retired within 1 s: {st:?}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    // Every leaver retired (the latency is a benchmark's: a deadline here
+    // only guards against a hang).
+    wait_for(&engine, "the leavers retired", |st| {
+        st.requests_cancelled == 20 && st.running + st.prefilling <= 2 && st.waiting == 0
+    })
+    .await;
     for (i, h) in stay.into_iter().enumerate() {
-        assert_eq!(
-            h.await.unwrap(),
-            solo[i],
-            "stream {i} differs from its solo output"
+        // Batched with the leavers, their prompts from the cache: the solo
+        // run's tokens up to a near-tie (`compare`).
+        compare::assert_greedy_agree(
+            &h.await.unwrap().tokens,
+            &solo[i],
+            TIE_NATS,
+            &format!("stream {i} beside the leavers"),
         );
     }
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let st = engine.stats();
-        if st.running + st.prefilling == 0 && st.kv_cells_used == 0 && st.live_outboxes == 0 {
-            assert_eq!(st.permits, 0);
-            assert_eq!(st.kv_cells_reserved, 0);
-            assert_eq!(st.prompt_tokens_after_cancel, 0);
-            break;
-        }
-        assert!(Instant::now() < deadline, "not idle: {st:?}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_for(&engine, "idle", |st| {
+        st.running + st.prefilling == 0 && st.kv_cells_used == 0 && st.live_outboxes == 0
+    })
+    .await;
+    let st = engine.stats();
+    assert_eq!(st.permits, 0);
+    assert_eq!(st.kv_cells_reserved, 0);
+    // Nothing was computed for a client already gone.
+    assert_eq!(st.prompt_tokens_after_cancel, 0);
     // The ledger is back at its idle level, and its terms still add up.
     let l = engine.ledger();
     assert_eq!(l.live_state, 0, "{l:?}");
@@ -181,24 +194,29 @@ async fn clients_leaving_mid_decode_and_mid_prefill_cost_nothing_after() {
     );
 }
 
-/// Mean time between chunks for `n` fast streams.
-async fn fast_streams(client: &reqwest::Client, base: &str, n: usize) -> f64 {
+/// `n` fast streams run to the end; each one's token count.
+async fn fast_streams(client: &reqwest::Client, base: &str, n: usize) -> Vec<usize> {
     let mut hs = Vec::new();
     for i in 0..n {
         let (c, b) = (client.clone(), base.to_string());
         hs.push(tokio::spawn(async move {
-            let t = Instant::now();
-            let toks = stream_tokens(&c, &b, &body(&format!("Count to {i}."), 48, true)).await;
-            t.elapsed().as_secs_f64() / toks.len().max(1) as f64
+            stream_tokens(&c, &b, &body(&format!("Count to {i}."), 48, true))
+                .await
+                .tokens
+                .len()
         }));
     }
-    let mut total = 0.0;
+    let mut out = Vec::new();
     for h in hs {
-        total += h.await.unwrap();
+        out.push(h.await.unwrap());
     }
-    total / n as f64
+    out
 }
 
+/// A client that stops reading: its request pauses at the lag bound and
+/// stays paused (no token decoded for it while its reader is away), and
+/// the fast streams beside it run to their end in steps it takes no row
+/// of. Then it hangs up and everything is released.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_reader_is_paused_and_does_not_slow_the_others() {
     let (base, engine) = start_with(
@@ -207,13 +225,16 @@ async fn slow_reader_is_paused_and_does_not_slow_the_others() {
             c.ctx_per_seq = 1024;
             c.outbox_capacity = 4;
             c.max_lag_tokens = 16;
+            // Paused for as long as the test needs (the timeout that ends
+            // a paused reader has its own test on the fake backend).
+            c.slow_reader_timeout = None;
         },
         Some(8192),
     )
     .await;
     let client = reqwest::Client::new();
-    let alone = fast_streams(&client, &base, 3).await;
-    // A raw client with a tiny receive window that reads 200 bytes a second.
+    // A raw client with a tiny receive window that reads the answer's head,
+    // then nothing.
     let addr = base.trim_start_matches("http://").parse().unwrap();
     let sock = tokio::net::TcpSocket::new_v4().unwrap();
     sock.set_recv_buffer_size(2048).unwrap();
@@ -231,39 +252,36 @@ async fn slow_reader_is_paused_and_does_not_slow_the_others() {
         "{:?}",
         String::from_utf8_lossy(&first[..n])
     );
-    let slow = tokio::spawn(async move {
-        let mut buf = [0u8; 200];
-        for _ in 0..30 {
-            let _ = conn.read(&mut buf).await;
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        }
-        conn
-    });
-    // The slow request reaches its lag bound and pauses.
-    let t = Instant::now();
-    while engine.stats().paused == 0 {
-        assert!(
-            t.elapsed() < Duration::from_secs(20),
-            "never paused: {:?}",
-            engine.stats()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let with_slow = fast_streams(&client, &base, 3).await;
-    assert_eq!(engine.stats().paused, 1, "still paused, still bounded");
-    // Sanity bound only (speed is compared in benchmarks, not tests).
-    assert!(
-        with_slow < alone * 2.0,
-        "fast streams slowed from {alone:.4} to {with_slow:.4} s/token"
+    // The slow request fills the socket and its outbox, reaches its lag
+    // bound and pauses.
+    wait_for(&engine, "the slow reader paused", |st| st.paused == 1).await;
+    let slow_generated = |st: &EngineStats| {
+        let paused: Vec<_> = st.live.iter().filter(|r| r.state == "paused").collect();
+        assert_eq!(paused.len(), 1, "{:?}", st.live);
+        paused[0].generated
+    };
+    let st = engine.stats();
+    let (generated, steps) = (slow_generated(&st), st.steps);
+    assert!(generated < 900, "{st:?}");
+    let fast = fast_streams(&client, &base, 3).await;
+    assert_eq!(fast, [48, 48, 48], "the fast streams ran to their end");
+    let st = engine.stats();
+    assert_eq!(st.paused, 1, "still paused");
+    assert_eq!(
+        slow_generated(&st),
+        generated,
+        "bounded: nothing decoded for a reader that is away"
     );
-    slow.abort();
-    let t = Instant::now();
-    loop {
-        let st = engine.stats();
-        if st.running + st.prefilling == 0 && st.live_outboxes == 0 && st.permits == 0 {
-            break;
-        }
-        assert!(t.elapsed() < Duration::from_secs(10), "not idle: {st:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let during: Vec<_> = st.recent_steps.iter().filter(|r| r.n > steps).collect();
+    assert!(!during.is_empty(), "{st:?}");
+    assert!(
+        during.iter().all(|r| r.decode <= 3),
+        "the paused request took a row: {during:?}"
+    );
+    drop(conn);
+    wait_for(&engine, "idle after the slow client left", |st| {
+        st.running + st.prefilling == 0 && st.live_outboxes == 0 && st.permits == 0
+    })
+    .await;
+    assert_eq!(engine.stats().requests_cancelled, 1);
 }

@@ -1,8 +1,11 @@
 //! The `steward` binary's startup failures: one clear line, exit code != 0,
-//! no panic, no hang.
+//! no panic, no hang. Waits poll under `common::HANG_GUARD`; the server
+//! listens on a port the OS chose (`--port 0`, found through /proc).
+
+use crate::common::{self, HANG_GUARD};
 
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 fn run(args: &[&str]) -> (i32, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_steward"))
@@ -12,7 +15,8 @@ fn run(args: &[&str]) -> (i32, String) {
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    for _ in 0..300 {
+    let deadline = Instant::now() + HANG_GUARD;
+    while Instant::now() < deadline {
         if let Some(status) = child.try_wait().unwrap() {
             let out = child.wait_with_output().unwrap();
             return (
@@ -23,6 +27,7 @@ fn run(args: &[&str]) -> (i32, String) {
         std::thread::sleep(Duration::from_millis(100));
     }
     let _ = child.kill();
+    let _ = child.wait();
     panic!("steward {args:?} hung");
 }
 
@@ -118,28 +123,26 @@ fn a_budget_smaller_than_the_weights_is_refused_with_one_line() {
 
 #[test]
 fn sigterm_drains_in_flight_streams_refuses_new_ones_and_exits_zero() {
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
     let mut child = Command::new(env!("CARGO_BIN_EXE_steward"))
         .args([
             "serve",
             "--port",
-            &port.to_string(),
+            "0",
             "--max-seqs",
             "2",
             "--ctx-per-seq",
             "512",
         ])
         // A grace period the stream below always finishes within: on CI's
-        // 2 cores, shared with the other tests' servers, its 400 tokens
-        // once took longer than 30 s and the drain ended it (no "length").
-        .args(["--default-format", "original", "--drain-timeout-s", "300"])
+        // 2 cores, shared with the other tests' servers, 400 tokens once
+        // took longer than 30 s and the drain ended it (no "length").
+        .args(["--default-format", "original", "--drain-timeout-s", "900"])
         .stderr(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
+    // It listens before the model loads.
+    let port = common::wait_for_port(&mut child);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let base = format!("http://127.0.0.1:{port}");
     let client = reqwest::Client::new();
@@ -153,7 +156,8 @@ fn sigterm_drains_in_flight_streams_refuses_new_ones_and_exits_zero() {
         };
         // While the model loads and warms up, /health answers and /ready is 503.
         let mut saw_loading = false;
-        for _ in 0..600 {
+        let deadline = Instant::now() + HANG_GUARD;
+        while Instant::now() < deadline {
             let health = client
                 .get(format!("{base}/health"))
                 .send()
@@ -177,8 +181,9 @@ fn sigterm_drains_in_flight_streams_refuses_new_ones_and_exits_zero() {
             c.post(format!("{b}/v1/completions"))
                 .json(
                     // Long enough to be still in flight while the
-                    // drain is checked below, on a fast machine too.
-                    &serde_json::json!({"prompt": "Once upon a time", "max_tokens": 400,
+                    // drain is checked below (four quick requests), on a
+                    // fast machine too: 500 steps, the context's room.
+                    &serde_json::json!({"prompt": "Once upon a time", "max_tokens": 500,
                     "ignore_eos": true, "stream": true, "temperature": 0}),
                 )
                 .send()
@@ -190,23 +195,24 @@ fn sigterm_drains_in_flight_streams_refuses_new_ones_and_exits_zero() {
         });
         // Running (not a fixed sleep: on a loaded machine the request may
         // take a while to arrive)...
-        for _ in 0..500 {
+        let deadline = Instant::now() + HANG_GUARD;
+        loop {
             let live = get_text(&client, &format!("{base}/debug/requests")).await;
             if live.contains("\"decoding\"") {
                 break;
             }
+            assert!(Instant::now() < deadline, "never decoding: {live}");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        // ...then SIGTERM.
+        // ...then SIGTERM: /ready turns 503 once the signal is handled.
         let _ = Command::new("kill")
             .args(["-TERM", &child.id().to_string()])
             .status();
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        assert_eq!(
-            ready(client.clone(), base.clone()).await,
-            503,
-            "/ready while draining"
-        );
+        let deadline = Instant::now() + HANG_GUARD;
+        while ready(client.clone(), base.clone()).await != 503 {
+            assert!(Instant::now() < deadline, "/ready never 503 while draining");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         let r = client
             .post(format!("{base}/v1/completions"))
             .json(&serde_json::json!({"prompt": "hi", "max_tokens": 2}))
@@ -238,7 +244,8 @@ fn sigterm_drains_in_flight_streams_refuses_new_ones_and_exits_zero() {
             "in-flight stream completed"
         );
         assert!(text.contains("\"finish_reason\":\"length\""), "{text}");
-        for _ in 0..100 {
+        let deadline = Instant::now() + HANG_GUARD;
+        while Instant::now() < deadline {
             if let Some(status) = child.try_wait().unwrap() {
                 return status.code();
             }

@@ -4,22 +4,22 @@
 //! latency, and the feed is bounded. The pages themselves are served with
 //! their CSP (the browser test, scripts/browser_check.sh, drives them).
 
-use crate::common;
+use crate::common::{self, HANG_GUARD};
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use futures::StreamExt;
 use serde_json::{json, Value};
 
 /// Read `snapshot` events from an open feed until `want` holds for one, or
-/// the deadline; every event read is passed to `each`.
+/// [`HANG_GUARD`] passes (a hang: None); every event read is passed to
+/// `want`.
 async fn until<B: AsRef<[u8]>>(
     feed: &mut (impl futures::Stream<Item = reqwest::Result<B>> + Unpin),
     buf: &mut String,
-    secs: u64,
     mut want: impl FnMut(&Value) -> bool,
 ) -> Option<Value> {
-    let end = Instant::now() + Duration::from_secs(secs);
+    let end = Instant::now() + HANG_GUARD;
     while Instant::now() < end {
         while let Some(i) = buf.find("\n\n") {
             let ev: String = buf.drain(..i + 2).collect();
@@ -55,6 +55,9 @@ fn check_steps(v: &Value, last_n: &mut u64, steps: &mut usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_feed_shows_requests_steps_ledger_and_cancellations() {
+    // The feed count is the process's: no other test's feed meanwhile.
+    let _feeds = common::DASHBOARD_FEEDS.lock().await;
+    common::feeds_closed(0).await;
     let s = common::server().await;
     // The pages, with a CSP that allows nothing from elsewhere.
     for path in ["/", "/dashboard", "/ui/chat.js", "/ui/app.css"] {
@@ -103,7 +106,7 @@ async fn the_feed_shows_requests_steps_ledger_and_cancellations() {
         .starts_with("text/event-stream"));
     let mut feed = r.bytes_stream();
     let mut buf = String::new();
-    let first = until(&mut feed, &mut buf, 10, |_| true)
+    let first = until(&mut feed, &mut buf, |_| true)
         .await
         .expect("a snapshot");
     let m = &first["models"][0];
@@ -111,8 +114,10 @@ async fn the_feed_shows_requests_steps_ledger_and_cancellations() {
     assert!(m["ledger"]["weights"].as_u64().unwrap() > 0, "{m}");
     assert_eq!(m["kv"]["cells_total"], 4 * 512);
 
-    // A long streamed request, read slowly by nobody: it runs while the
-    // feed watches it, then its client leaves.
+    // A long streamed request, read by nobody after its first chunk: it
+    // runs while the feed watches it (400 tokens, no end-of-generation:
+    // longer than the feed needs to see five steps), then its client
+    // leaves.
     let id = "dash-req-1";
     let body = json!({"messages": [{"role": "user", "content": "Tell a long story."}],
                       "max_tokens": 400, "ignore_eos": true, "stream": true, "temperature": 1});
@@ -132,7 +137,7 @@ async fn the_feed_shows_requests_steps_ledger_and_cancellations() {
         let _ = told.await;
     });
     let (mut last_n, mut steps) = (0, 0);
-    let seen = until(&mut feed, &mut buf, 30, |v| {
+    let seen = until(&mut feed, &mut buf, |v| {
         check_steps(v, &mut last_n, &mut steps);
         v["models"][0]["requests"]
             .as_array()
@@ -151,14 +156,14 @@ async fn the_feed_shows_requests_steps_ledger_and_cancellations() {
     assert_eq!(req["prompt_computed"], req["prompt_tokens"], "{req}");
     assert!(seen["models"][0]["kv"]["cells_used"].as_u64().unwrap() > 0);
     // Let it decode a while (the feed keeps up with the steps), then leave.
-    let _ = until(&mut feed, &mut buf, 30, |v| {
+    let _ = until(&mut feed, &mut buf, |v| {
         check_steps(v, &mut last_n, &mut steps);
         steps >= 5
     })
     .await;
     leave.send(()).unwrap();
     reader.await.unwrap();
-    let cancelled = until(&mut feed, &mut buf, 30, |v| {
+    let cancelled = until(&mut feed, &mut buf, |v| {
         check_steps(v, &mut last_n, &mut steps);
         v["models"][0]["cancellations"]
             .as_array()
@@ -184,7 +189,7 @@ async fn the_feed_shows_requests_steps_ledger_and_cancellations() {
             .unwrap()
             >= 1
     );
-    let quiet = until(&mut feed, &mut buf, 10, |v| {
+    let quiet = until(&mut feed, &mut buf, |v| {
         v["models"][0]["requests"].as_array().unwrap().is_empty()
     })
     .await;
@@ -213,4 +218,5 @@ async fn the_feed_shows_requests_steps_ledger_and_cancellations() {
     assert_eq!(v["error"]["code"], "too_many_feeds");
     drop(open);
     drop(feed);
+    common::feeds_closed(0).await;
 }

@@ -128,9 +128,11 @@ async fn minilm_embeddings_batching_refusals_cancellation_and_ledger() {
     assert_eq!(l["kv_pool"], json!(0), "{l}");
     assert!(l["weights"].as_u64().unwrap() > 10 << 20, "{l}");
 
-    // An abandoned request: the client goes while 2,048 inputs queue; the
-    // owner drops it instead of computing the rest.
+    // An abandoned request: the client goes while 2,048 inputs queue (once
+    // the owner has begun computing them: minutes of work); the owner
+    // drops it instead of computing the rest.
     let before = s.metric("steward_requests_cancelled_total").await;
+    let steps_before = s.metric("steward_steps_total").await;
     let big: Vec<String> = (0..2048)
         .map(|i| format!("sentence number {i} about nothing {}", "much ".repeat(40)))
         .collect();
@@ -145,12 +147,18 @@ async fn minilm_embeddings_batching_refusals_cancellation_and_ledger() {
             .send()
             .await
     });
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    s.metric_until("steward_steps_total", "the big request computes", |v| {
+        v > steps_before
+    })
+    .await;
     req.abort();
     let after = s
         .metric_settled("steward_requests_cancelled_total", before + 1.0)
         .await;
     assert_eq!(after, before + 1.0, "the abandoned request was cancelled");
+    // (The cancel is counted in the owner's iteration that drops the
+    // request, after its last step: no later step can be waited for, only
+    // looked for a while.)
     let steps = s.metric("steward_steps_total").await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(

@@ -319,6 +319,8 @@ async fn forced_calls_round_trip_in_every_family() {
             "{name}: {r}"
         );
         // Streamed: the same call (the id too: ids derive from the request).
+        // Exactly: one slot, no prefix cache, so the streamed run computes
+        // alone in the shapes of the whole one.
         let mut sb = body.clone();
         sb["stream"] = json!(true);
         let sse = client

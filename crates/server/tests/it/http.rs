@@ -10,9 +10,11 @@ use common::*;
 use serde_json::{json, Value};
 use steward_engine::{Engine, EngineConfig};
 
+/// No prefix cache: each request computes alone from an empty slot in the
+/// same shapes, so the streamed run is the whole run exactly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streamed_text_equals_non_streamed_for_both_endpoints() {
-    let s = server().await;
+    let s = server_with(None, |c| c.prefix_cache = false).await;
     let body = chat_body("Name a fruit and describe it.", json!({}));
     let (st, _, full) = s.post("/v1/chat/completions", &body.to_string()).await;
     assert_eq!(st, 200, "{full}");
@@ -51,9 +53,11 @@ async fn streamed_text_equals_non_streamed_for_both_endpoints() {
     assert_eq!(text, want);
 }
 
+/// No prefix cache: the stopped run computes what the full run did, alone
+/// in the same shapes, so it is cut exactly at the stop string.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stop_strings_and_multibyte_over_http() {
-    let s = server().await;
+    let s = server_with(None, |c| c.prefix_cache = false).await;
     let body = chat_body("Write a sentence about the sea.", json!({"max_tokens": 24}));
     let (_, _, full) = s.post("/v1/chat/completions", &body.to_string()).await;
     let text = full["choices"][0]["message"]["content"]
@@ -300,14 +304,20 @@ async fn models_ready_and_request_id() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn disconnect_mid_stream_is_cancelled_and_visible_in_metrics() {
-    let s = server().await;
+    // Room for a request that cannot end before its client hangs up: 3,000
+    // tokens, no end-of-generation (minutes of decoding).
+    let s = server_with(None, |c| {
+        c.max_seqs = 1;
+        c.ctx_per_seq = 4096;
+    })
+    .await;
     let before = s.metric("steward_requests_cancelled_total").await;
     let mut r = s
         .client
         .post(format!("{}/v1/chat/completions", s.base))
         .json(&chat_body(
             "Write a very long story.",
-            json!({"max_tokens": 400, "stream": true}),
+            json!({"max_tokens": 3000, "ignore_eos": true, "stream": true}),
         ))
         .send()
         .await
@@ -316,7 +326,7 @@ async fn disconnect_mid_stream_is_cancelled_and_visible_in_metrics() {
     let first = r.chunk().await.unwrap();
     assert!(first.is_some());
     drop(r);
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + HANG_GUARD;
     loop {
         let c = s.metric("steward_requests_cancelled_total").await;
         let running = s.metric("steward_requests_running").await;
@@ -332,20 +342,61 @@ async fn disconnect_mid_stream_is_cancelled_and_visible_in_metrics() {
     assert_eq!(s.metric("steward_kv_cells_used").await, 0.0);
 }
 
+/// A streamed request that holds the engine's only slot: it decodes 3,000
+/// tokens with no end-of-generation (minutes), so it is running until its
+/// client hangs up. Returns once it decodes (streamed answers start at
+/// admission) and the task reading it; `leave` ends it.
+async fn hold(
+    s: &Server,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<()>,
+) {
+    let mut r = s
+        .client
+        .post(format!("{}/v1/chat/completions", s.base))
+        .json(&chat_body(
+            "Write a long story.",
+            json!({"max_tokens": 3000, "ignore_eos": true, "stream": true}),
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let first = r.chunk().await.unwrap();
+    assert!(first.is_some());
+    let (leave, told) = tokio::sync::oneshot::channel::<()>();
+    let reader = tokio::spawn(async move {
+        let _ = told.await;
+        drop(r);
+    });
+    s.metric_until("steward_requests_running", "the holder decodes", |v| {
+        v == 1.0
+    })
+    .await;
+    (leave, reader)
+}
+
+/// One slot held by a long request and one request waiting fill the
+/// engine (`max_waiting` 1): the next is refused with 429 whatever the
+/// timing, and the waiting one is served once the holder leaves.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn full_queue_answers_429_with_retry_after() {
     let s = server_with(None, |c| {
         c.max_seqs = 1;
         c.max_waiting = 1;
+        c.ctx_per_seq = 4096;
     })
     .await;
-    let body = chat_body("Write a long story.", json!({"max_tokens": 48})).to_string();
-    let mut tasks = Vec::new();
-    for _ in 0..6 {
-        let client = s.client.clone();
-        let url = format!("{}/v1/chat/completions", s.base);
-        let body = body.clone();
-        tasks.push(tokio::spawn(async move {
+    let (leave, holder) = hold(&s).await;
+    let body = chat_body("Write a long story.", json!({"max_tokens": 8})).to_string();
+    let waiting = {
+        let (client, url, body) = (
+            s.client.clone(),
+            format!("{}/v1/chat/completions", s.base),
+            body.clone(),
+        );
+        tokio::spawn(async move {
             let r = client
                 .post(url)
                 .header("content-type", "application/json")
@@ -354,64 +405,55 @@ async fn full_queue_answers_429_with_retry_after() {
                 .await
                 .unwrap();
             let st = r.status().as_u16();
-            let ra = r.headers().get("retry-after").is_some();
-            let v: Value = r.json().await.unwrap();
-            (st, ra, v)
-        }));
-    }
-    let mut ok = 0;
-    let mut limited = 0;
-    for t in tasks {
-        let (st, ra, v) = t.await.unwrap();
-        match st {
-            200 => ok += 1,
-            429 => {
-                assert!(ra, "429 carries Retry-After");
-                assert_error(st, &v, 429, "queue_full");
-                limited += 1;
-            }
-            other => panic!("unexpected {other}: {v}"),
-        }
-    }
-    assert!(ok >= 1 && limited >= 1, "ok {ok} limited {limited}");
+            (st, r.json::<Value>().await.unwrap())
+        })
+    };
+    s.metric_until("steward_requests_waiting", "one request queued", |v| {
+        v == 1.0
+    })
+    .await;
+    let r = s
+        .client
+        .post(format!("{}/v1/chat/completions", s.base))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let st = r.status().as_u16();
+    assert!(
+        r.headers().get("retry-after").is_some(),
+        "429 carries Retry-After"
+    );
+    let v: Value = r.json().await.unwrap();
+    assert_error(st, &v, 429, "queue_full");
+    leave.send(()).unwrap();
+    holder.await.unwrap();
+    let (st, v) = waiting.await.unwrap();
+    assert_eq!(st, 200, "the queued request is served: {v}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queue_timeout_is_503_and_rejections_leave_no_reservation() {
+    // The only slot is held (`hold`) until both requests have timed out in
+    // the queue: they time out whatever the machine's speed.
     let s = server_with(None, |c| {
         c.max_seqs = 1;
         c.max_waiting = 4;
+        c.ctx_per_seq = 4096;
         c.queue_timeout = Some(Duration::from_millis(300));
     })
     .await;
-    let long = chat_body(
-        "Write a long story.",
-        json!({"max_tokens": 120, "ignore_eos": true}),
-    );
-    let busy = {
-        let client = s.client.clone();
-        let url = format!("{}/v1/chat/completions", s.base);
-        let body = long.to_string();
-        tokio::spawn(async move {
-            client
-                .post(url)
-                .header("content-type", "application/json")
-                .body(body)
-                .send()
-                .await
-                .unwrap()
-                .status()
-        })
-    };
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    let (leave, holder) = hold(&s).await;
     for stream in [false, true] {
         let b = chat_body("hi", json!({"max_tokens": 4, "stream": stream}));
         let (st, h, v) = s.post("/v1/chat/completions", &b.to_string()).await;
         assert_error(st, &v, 503, "queue_timeout");
         assert!(h.get("retry-after").is_some());
     }
-    assert_eq!(busy.await.unwrap(), 200);
-    let deadline = Instant::now() + Duration::from_secs(10);
+    leave.send(()).unwrap();
+    holder.await.unwrap();
+    let deadline = Instant::now() + HANG_GUARD;
     loop {
         let permits = s.metric("steward_admission_permits").await;
         let reserved = s.metric("steward_kv_cells_reserved").await;
@@ -434,10 +476,13 @@ async fn keep_alive_comments_flow_while_a_long_prompt_prefills() {
     let mut c = EngineConfig::new(path);
     c.max_seqs = 2;
     c.ctx_per_seq = 2048;
-    c.prompt_budget = 32;
+    // ~45 steps of prompt before the first token: longer than the 10 ms
+    // keep-alive interval on any machine, loaded or not (the answer starts
+    // at admission; the first data only after the prefill).
+    c.prompt_budget = 16;
     let engine = Engine::start(c).expect("engine");
     assert!(engine.wait_ready().await);
-    let state = steward_server::AppState::with_keepalive(engine, None, Duration::from_millis(100));
+    let state = steward_server::AppState::with_keepalive(engine, None, Duration::from_millis(10));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(steward_server::serve_forever(
@@ -465,9 +510,11 @@ async fn keep_alive_comments_flow_while_a_long_prompt_prefills() {
     assert!(raw.trim_end().ends_with("data: [DONE]"));
 }
 
+/// No prefix cache: the streamed chat run computes alone in the shapes of
+/// the whole one, so its logprobs are the same numbers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn logprobs_chat_and_completion_scoring_agree() {
-    let s = server().await;
+    let s = server_with(None, |c| c.prefix_cache = false).await;
     // Chat logprobs, streamed and not, agree; alternatives are sorted.
     let body = chat_body(
         "Name a color.",
@@ -617,20 +664,27 @@ async fn timings_are_monotonic_and_ledger_adds_up() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn debug_requests_lists_live_requests_with_state() {
-    let s = server().await;
+    // A request that cannot end while the test looks (3,000 tokens, no
+    // end-of-generation); it leaves when its client does.
+    let s = server_with(None, |c| {
+        c.max_seqs = 1;
+        c.ctx_per_seq = 4096;
+    })
+    .await;
     let mut r = s
         .client
         .post(format!("{}/v1/chat/completions", s.base))
         .json(&chat_body(
             "Write a long story.",
-            json!({"max_tokens": 200, "ignore_eos": true, "stream": true}),
+            json!({"max_tokens": 3000, "ignore_eos": true, "stream": true}),
         ))
         .send()
         .await
         .unwrap();
     let _ = r.chunk().await.unwrap();
     let mut v = Value::Null;
-    for _ in 0..100 {
+    let deadline = Instant::now() + HANG_GUARD;
+    while Instant::now() < deadline {
         v = s
             .client
             .get(format!("{}/debug/requests", s.base))

@@ -3,6 +3,10 @@
 //! (`steward_hub::testhub`) into a hub cache of the test's own, served, then
 //! served again from that cache with the hub gone and `HF_HUB_OFFLINE=1`;
 //! and a hub that corrupts the bytes, which stops the start with one line.
+//! Each server listens on a port the OS chose (`--port 0`, found through
+//! /proc); waits are hang guards (`common::HANG_GUARD`).
+
+use crate::common::{self, HANG_GUARD};
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -13,7 +17,7 @@ const REPO: &str = "acme/smol-GGUF";
 const FILE: &str = "smol-Q4_1.gguf";
 /// The `--hf` reference, and so the model's name.
 const MODEL: &str = "acme/smol-GGUF:Q4_1";
-const READY_WITHIN: Duration = Duration::from_secs(120);
+const READY_WITHIN: Duration = HANG_GUARD;
 
 /// A hub serving the default model file (streamed from where it lies) as
 /// `acme/smol-GGUF` / `smol-Q4_1.gguf`, next to a README; and its sha256.
@@ -30,11 +34,6 @@ fn hub_with_smol() -> (TestHub, HubFile) {
         ],
     );
     (hub, gguf)
-}
-
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
 }
 
 fn files_under(dir: &Path) -> Vec<PathBuf> {
@@ -61,10 +60,10 @@ struct Serve {
 }
 
 impl Serve {
-    fn spawn(endpoint: &str, root: &Path, offline: bool, port: u16, log: &str) -> Serve {
+    fn spawn(endpoint: &str, root: &Path, offline: bool, log: &str) -> Serve {
         let log = root.join(log);
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_steward"));
-        cmd.args(["serve", "--hf", MODEL, "--port", &port.to_string()])
+        cmd.args(["serve", "--hf", MODEL, "--port", "0"])
             .args(["--max-seqs", "2", "--ctx-per-seq", "512"])
             .env_remove("RUST_LOG")
             .env("HF_ENDPOINT", endpoint)
@@ -86,6 +85,14 @@ impl Serve {
 
     fn stderr(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Its base URL once it listens (it listens before it fetches).
+    fn base(&mut self) -> String {
+        format!(
+            "http://127.0.0.1:{}",
+            common::wait_for_port(&mut self.child)
+        )
     }
 
     /// Waits (bounded) for `/ready` to answer 200.
@@ -129,7 +136,7 @@ impl Serve {
         let _ = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status();
-        let code = self.exit_code(Duration::from_secs(30));
+        let code = self.exit_code(HANG_GUARD);
         assert_eq!(code, 0, "exit status after SIGTERM:\n{}", self.stderr());
     }
 }
@@ -189,9 +196,8 @@ fn serve_hf_fetches_from_the_hub_then_serves_offline_from_the_cache() {
     let client = reqwest::Client::new();
 
     // 1. Online: fetched into the cache, verified, loaded, served.
-    let port = free_port();
-    let base = format!("http://127.0.0.1:{port}");
-    let mut serve = Serve::spawn(&endpoint, root.path(), false, port, "online.log");
+    let mut serve = Serve::spawn(&endpoint, root.path(), false, "online.log");
+    let base = serve.base();
     let (online_ready, text) = rt.block_on(async {
         let ready = serve.ready(&client, &base).await;
         let card = card(&client, &base).await;
@@ -237,9 +243,8 @@ fn serve_hf_fetches_from_the_hub_then_serves_offline_from_the_cache() {
 
     // 2. Offline, the hub gone: served from the cache, the same answer.
     hub.stop();
-    let port = free_port();
-    let base = format!("http://127.0.0.1:{port}");
-    let mut serve = Serve::spawn(&endpoint, root.path(), true, port, "offline.log");
+    let mut serve = Serve::spawn(&endpoint, root.path(), true, "offline.log");
+    let base = serve.base();
     let (offline_ready, again) = rt.block_on(async {
         let ready = serve.ready(&client, &base).await;
         let card = card(&client, &base).await;
@@ -247,6 +252,8 @@ fn serve_hf_fetches_from_the_hub_then_serves_offline_from_the_cache() {
         assert_eq!(card["identity"]["weights_sha256"], gguf.sha256(), "{card}");
         (ready, complete(&client, &base).await)
     });
+    // Exactly: each is the first request of a fresh server with the same
+    // settings and weights, computed alone in the same shapes, no cache.
     assert_eq!(again, text, "greedy output from the cached file");
     serve.terminate();
     eprintln!(
@@ -261,7 +268,7 @@ fn serve_hf_refuses_corrupted_bytes_with_one_line_and_keeps_no_blob() {
     let (hub, gguf) = hub_with_smol();
     hub.faults().corrupt = true;
     let root = tempfile::tempdir().unwrap();
-    let mut serve = Serve::spawn(hub.url(), root.path(), false, 0, "corrupt.log");
+    let mut serve = Serve::spawn(hub.url(), root.path(), false, "corrupt.log");
     let code = serve.exit_code(READY_WITHIN);
     let err = serve.stderr();
     assert_ne!(code, 0, "{err}");

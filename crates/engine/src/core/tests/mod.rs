@@ -349,12 +349,15 @@ fn cancel_while_queued_prefilling_or_decoding_releases_everything() {
 
 #[test]
 fn queue_timeout_answers_and_leaves_nothing_behind() {
-    let mut c = config(1, 64);
-    c.queue_timeout = Some(Duration::from_millis(20));
-    let mut h = harness(c);
+    let mut h = harness(config(1, 64));
     let mut a = h.submit(10, 200, &[]);
+    h.ticks(1);
+    assert_eq!(h.owner.seqs.len(), 1, "`a` holds the only slot");
+    // The timeout from here on (set before, a stall between `a`'s intake and
+    // admission on a loaded machine would time `a` out too).
+    h.owner.config.queue_timeout = Some(Duration::from_millis(20));
     let mut b = h.submit(10, 5, &[]);
-    h.ticks(2);
+    h.ticks(1);
     std::thread::sleep(Duration::from_millis(30));
     h.ticks(1);
     let ev = events(&mut b);
@@ -603,7 +606,9 @@ fn disconnect_in_each_state_is_counted_by_state_with_latency() {
 fn slow_reader_is_paused_then_bounded_then_ended() {
     let mut c = config(2, 64);
     c.max_lag_tokens = 8;
-    c.slow_reader_timeout = Some(Duration::from_millis(50));
+    // No timeout while the ticks below run (they may take any time on a
+    // loaded machine); it is set, and waited past, further down.
+    c.slow_reader_timeout = None;
     let mut h = harness(c);
     // A reader whose outbox holds only 2 events and never reads.
     let mut slow = h.send(request(vec![1, 2, 3], 500, &[], None, "slow", false), 2);
@@ -618,7 +623,9 @@ fn slow_reader_is_paused_then_bounded_then_ended() {
     assert_eq!(h.stats.borrow().paused, 1);
     let f = events(&mut fast);
     assert_eq!(done(&f).completion_tokens, 60);
-    // Past the timeout it is ended with a clear error, queued behind its backlog.
+    // Past the timeout it is ended with a clear error, queued behind its
+    // backlog (paused for 60 ms at least by then, whatever the load).
+    h.owner.config.slow_reader_timeout = Some(Duration::from_millis(50));
     std::thread::sleep(Duration::from_millis(60));
     h.ticks(1);
     assert_eq!(h.stats.borrow().requests_slow_reader_terminated, 1);
