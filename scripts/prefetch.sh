@@ -24,4 +24,18 @@ venv="$root/target/pyenv"
 ./scripts/router_check.sh --install-only
 # schemathesis (scripts/schemathesis_check.sh).
 [ -x scripts/schemathesis_check.sh ] && ./scripts/schemathesis_check.sh --install-only
+# The tarball, image and pod checks: podman with runc, mmdebstrap, patchelf,
+# jq; then the images' Debian base (mmdebstrap over Debian's packages, cached
+# in target/image/), which needs no build.
+need=()
+for t in podman runc mmdebstrap patchelf jq curl; do
+  command -v "$t" >/dev/null 2>&1 || need+=("$t")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get -o DPkg::Lock::Timeout=600 update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get -o DPkg::Lock::Timeout=600 install -y -qq "${need[@]}" >/dev/null
+fi
+./scripts/image.sh --base-only
 echo "prefetch: done"

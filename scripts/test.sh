@@ -66,6 +66,14 @@ phase "one model across two RPC workers: greedy equals local, a killed worker (s
 python3 scripts/rpc_check.py target/release/steward
 phase "Kubernetes manifests in deploy/, offline (scripts/deploy_check.py)"
 target/pyenv/bin/python scripts/deploy_check.py target/pyenv/bin/kubernetes-validate
+phase "release tarball of this build and the container images, no registry (scripts/release.sh --native, scripts/image.sh)"
+./scripts/release.sh --native
+./scripts/image.sh
+phase "the image as it ships: fetches the default model, non-root, read-only root, podman stop drains, exit 0 (scripts/image_check.py --quick)"
+version="$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)"
+target/pyenv/bin/python scripts/image_check.py --quick "localhost/steward:$version"
+phase "deploy/ as real pods from the image: podman kube play, readiness, OpenAI client, SIGTERM drains (scripts/pod_check.py)"
+target/pyenv/bin/python scripts/pod_check.py
 phase "web chat and dashboard in Chromium (scripts/browser_check.sh)"
 ./scripts/browser_check.sh --shots target/browser-shots
 phase "schemathesis against /openapi.json (scripts/schemathesis_check.sh)"
