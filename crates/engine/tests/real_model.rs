@@ -295,7 +295,15 @@ async fn stop_string_spanning_tokens_is_cut_exactly() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_the_stream_cancels_and_frees_the_slot() {
-    let h = engine(2, 64).await;
+    // The unread request pauses one token past its reader (and is never
+    // ended as a slow reader), so it cannot finish before the drop however
+    // long the test thread is descheduled.
+    let h = engine_with(2, 64, |c| {
+        c.outbox_capacity = 2;
+        c.max_lag_tokens = 1;
+        c.slow_reader_timeout = None;
+    })
+    .await;
     let toks = prompt_tokens(&h, "Write a long essay about oceans.").await;
     let mut s = h.submit(request(toks.clone(), 200, greedy())).unwrap();
     // Wait for the first text, then walk away.
