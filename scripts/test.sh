@@ -7,7 +7,7 @@
 # Anthropic Python clients against a live server, access (TLS, keys, rate
 # limits), two replicas behind the vLLM Router, KV events, one model over RPC
 # workers, the web pages in Chromium, schemathesis against /openapi.json, and
-# every fuzz target briefly (FUZZ_SECONDS each, default 15). Fetches the models
+# every fuzz target briefly (FUZZ_SECONDS each, default 10). Fetches the models
 # when missing; downloads run beside the compile (scripts/prefetch.sh). Each
 # phase prints the seconds since the start.
 set -euo pipefail
@@ -42,11 +42,17 @@ phase "default model"
 ./scripts/test-fixtures.sh "$((SECONDS - t0))"
 phase "cargo test"
 cargo test --release --workspace
-phase "replay check: prefix cache on vs off, sliding-window, recurrent and hybrid models (scripts/swa-check.py)"
+phase "replay check: prefix cache on vs off, sliding-window models (scripts/swa-check.py)"
 # --ubatch 64: the random Gemma 3's window cache is then 256 cells, so the
 # long decode overwrites old window cells. --tie: each model's noise floor
-# (see the script's doc).
-for a in gemma3 mamba2 rwkv7 lfm2 granitehybrid; do
+# (see the script's doc). The random Gemma 3 is the model on which a
+# window-reuse bug shows most (the script's doc); the recurrent and hybrid
+# kinds (mamba2, rwkv7, lfm2, granitehybrid) run the same on == off
+# scenario through the engine in crates/engine/tests/memory_kinds.rs, and
+# are replayed here only with STEWARD_REPLAY_ALL=1 (CI's time).
+archs=(gemma3)
+[ "${STEWARD_REPLAY_ALL:-0}" = 1 ] && archs=(gemma3 mamba2 rwkv7 lfm2 granitehybrid)
+for a in "${archs[@]}"; do
   python3 scripts/swa-check.py --model "target/arch-ggufs/$a.gguf" --prompt-tokens 300 --answer-tokens 16 \
     --long-tokens 300 --ctx-per-seq 1024 --tie 0.02 --max-dlogprob 0.05 --server-arg=--ubatch --server-arg=64
 done
@@ -78,7 +84,7 @@ phase "web chat and dashboard in Chromium (scripts/browser_check.sh)"
 ./scripts/browser_check.sh --shots target/browser-shots
 phase "schemathesis against /openapi.json (scripts/schemathesis_check.sh)"
 ./scripts/schemathesis_check.sh
-phase "fuzz targets, ${FUZZ_SECONDS:-15} s each (waiting for their build: target/fuzz-build.log)"
+phase "fuzz targets, ${FUZZ_SECONDS:-10} s each (waiting for their build: target/fuzz-build.log)"
 wait $fuzz_build || { tail -30 target/fuzz-build.log; echo "fuzz build failed" >&2; exit 1; }
-./scripts/fuzz.sh "${FUZZ_SECONDS:-15}"
+./scripts/fuzz.sh "${FUZZ_SECONDS:-10}"
 phase "all passed"
