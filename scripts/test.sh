@@ -49,15 +49,21 @@ phase "replay check: prefix cache on vs off, sliding-window models (scripts/swa-
 # window-reuse bug shows most (the script's doc); the recurrent and hybrid
 # kinds (mamba2, rwkv7, lfm2, granitehybrid) run the same on == off
 # scenario through the engine in crates/engine/tests/memory_kinds.rs, and
-# are replayed here only with STEWARD_REPLAY_ALL=1 (CI's time).
+# are replayed here only with STEWARD_REPLAY_ALL=1 (CI's time: the suite
+# must stay under 35 minutes on 2 cores).
 archs=(gemma3)
 [ "${STEWARD_REPLAY_ALL:-0}" = 1 ] && archs=(gemma3 mamba2 rwkv7 lfm2 granitehybrid)
 for a in "${archs[@]}"; do
   python3 scripts/swa-check.py --model "target/arch-ggufs/$a.gguf" --prompt-tokens 300 --answer-tokens 16 \
     --long-tokens 300 --ctx-per-seq 1024 --tie 0.02 --max-dlogprob 0.05 --server-arg=--ubatch --server-arg=64
 done
-python3 scripts/swa-check.py --model "$(./target/release/steward fetch-model gemma3-270m)" --prompt-tokens 1600 \
-  --answer-tokens 16 --long-tokens 600 --ctx-per-seq 4096 --tie 0.5
+# The real Gemma 3 270M (a window bug shows on it only weakly: the script's
+# doc) runs past its window through the engine in memory_kinds.rs; replayed
+# here too with STEWARD_REPLAY_ALL=1.
+if [ "${STEWARD_REPLAY_ALL:-0}" = 1 ]; then
+  python3 scripts/swa-check.py --model "$(./target/release/steward fetch-model gemma3-270m)" --prompt-tokens 1600 \
+    --answer-tokens 16 --long-tokens 600 --ctx-per-seq 4096 --tie 0.5
+fi
 phase "OpenAI Python client against steward serve"
 ./scripts/openai_client_check.sh
 phase "anthropic and openai Python clients: Messages, Responses, embeddings, rerank"
