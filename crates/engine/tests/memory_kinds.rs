@@ -15,31 +15,16 @@
 //! near-tie of the cache-off run (`TIE_NATS`). Waits poll the engine's
 //! stats with a generous deadline (a hang guard).
 
+mod common;
+use common::wait_for;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use steward_engine::compare::{self, Scored, TIE_NATS};
 use steward_engine::{
     Engine, EngineConfig, EngineHandle, EngineStats, Event, GenerateRequest, SamplingParams,
     TokenId,
 };
-
-/// Polls the engine's stats until `done` holds.
-async fn wait_for(
-    h: &EngineHandle,
-    what: &str,
-    done: impl Fn(&EngineStats) -> bool,
-) -> EngineStats {
-    let deadline = Instant::now() + Duration::from_secs(300);
-    loop {
-        let st = h.stats();
-        if done(&st) {
-            return st;
-        }
-        assert!(Instant::now() < deadline, "{what}: never happened: {st:?}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
 
 fn gemma() -> PathBuf {
     steward_engine::fetch::ensure_known_model("gemma3-270m").expect("Gemma 3 270M")

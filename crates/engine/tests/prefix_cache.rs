@@ -11,7 +11,9 @@
 //! and the engine pauses it at the lag bound (`held`). Waits poll the
 //! engine's stats with a generous deadline (a hang guard).
 
-use std::time::{Duration, Instant};
+mod common;
+use common::wait_for;
+use std::time::Instant;
 
 use steward_engine::chat::ChatPrompt;
 use steward_engine::compare::{self, Scored, TIE_NATS};
@@ -45,24 +47,6 @@ fn held(c: &mut EngineConfig) {
     c.outbox_capacity = 2;
     c.max_lag_tokens = 1;
     c.slow_reader_timeout = None;
-}
-
-/// Polls the engine's stats until `done` holds (they are published at the
-/// end of the owner's iteration, after the events of its step).
-async fn wait_for(
-    h: &EngineHandle,
-    what: &str,
-    done: impl Fn(&EngineStats) -> bool,
-) -> EngineStats {
-    let deadline = Instant::now() + Duration::from_secs(300);
-    loop {
-        let st = h.stats();
-        if done(&st) {
-            return st;
-        }
-        assert!(Instant::now() < deadline, "{what}: never happened: {st:?}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 /// Idle: nothing admitted or queued (the state size is sampled then).

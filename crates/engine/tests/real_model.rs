@@ -8,27 +8,14 @@
 //! Waits poll the engine's stats with a generous deadline (a hang guard,
 //! never a claim about speed).
 
+mod common;
+use common::wait_for;
 use std::time::{Duration, Instant};
 
 use steward_engine::compare::{self, Scored, TIE_NATS};
 use steward_engine::{
-    Engine, EngineConfig, EngineHandle, EngineStats, Event, Finished, GenerateRequest,
-    SamplingParams, TokenId,
+    Engine, EngineConfig, EngineHandle, Event, Finished, GenerateRequest, SamplingParams, TokenId,
 };
-
-/// Polls the engine's stats until `done` holds (stats are published at the
-/// end of the owner's iteration, after the events of its step).
-async fn wait_for(h: &EngineHandle, what: &str, done: impl Fn(&EngineStats) -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(300);
-    loop {
-        let st = h.stats();
-        if done(&st) {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{what}: never happened: {st:?}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
 
 /// A greedy reference run: its tokens and their top-2 logprob rows.
 async fn scored(h: &EngineHandle, mut r: GenerateRequest) -> Scored<TokenId> {

@@ -312,20 +312,10 @@ async fn disconnect_mid_stream_is_cancelled_and_visible_in_metrics() {
     })
     .await;
     let before = s.metric("steward_requests_cancelled_total").await;
-    let mut r = s
-        .client
-        .post(format!("{}/v1/chat/completions", s.base))
-        .json(&chat_body(
-            "Write a very long story.",
-            json!({"max_tokens": 3000, "ignore_eos": true, "stream": true}),
-        ))
-        .send()
-        .await
-        .unwrap();
-    // Read one chunk, then hang up.
-    let first = r.chunk().await.unwrap();
-    assert!(first.is_some());
-    drop(r);
+    // The holder reads one chunk and is seen decoding; then it hangs up.
+    let (leave, reader) = hold(&s).await;
+    let _ = leave.send(());
+    reader.await.unwrap();
     let deadline = Instant::now() + HANG_GUARD;
     loop {
         let c = s.metric("steward_requests_cancelled_total").await;
