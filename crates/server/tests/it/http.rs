@@ -661,17 +661,7 @@ async fn debug_requests_lists_live_requests_with_state() {
         c.ctx_per_seq = 4096;
     })
     .await;
-    let mut r = s
-        .client
-        .post(format!("{}/v1/chat/completions", s.base))
-        .json(&chat_body(
-            "Write a long story.",
-            json!({"max_tokens": 3000, "ignore_eos": true, "stream": true}),
-        ))
-        .send()
-        .await
-        .unwrap();
-    let _ = r.chunk().await.unwrap();
+    let (leave, reader) = hold(&s).await;
     let mut v = Value::Null;
     let deadline = Instant::now() + HANG_GUARD;
     while Instant::now() < deadline {
@@ -697,5 +687,6 @@ async fn debug_requests_lists_live_requests_with_state() {
     ));
     assert!(live[0]["age_ms"].as_f64().unwrap() > 0.0);
     assert!(live[0]["prompt_tokens"].as_u64().unwrap() > 0);
-    drop(r);
+    let _ = leave.send(());
+    reader.await.unwrap();
 }
