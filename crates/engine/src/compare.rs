@@ -24,8 +24,8 @@
 //! Where the computation is provably identical (the same request alone,
 //! the same shapes, no cache), compare exactly instead.
 
-use crate::model::TokenId;
-use crate::stream::{Event, Finished, GenerationError, RequestStream, TokenLogprob};
+use crate::deliver::stream::{Event, Finished, GenerationError, RequestStream, TokenLogprob};
+use crate::runtime::TokenId;
 
 /// The default near-tie width, nats: far above the wobble (parted runs
 /// here were seen at gaps of 3.5e-4), far below a real preference.

@@ -1,8 +1,8 @@
 //! A lost runtime: the one process-wide state no request can recover from.
 //!
 //! Set once, by the runtime adapter's abort hook (a dead RPC worker makes
-//! ggml abort). Every [`crate::stream::RequestStream`] waiting on the owner
-//! then ends with [`crate::stream::GenerationError::Runtime`], health checks
+//! ggml abort). Every [`crate::deliver::stream::RequestStream`] waiting on the owner
+//! then ends with [`crate::deliver::stream::GenerationError::Runtime`], health checks
 //! answer 503, and the process exits shortly after (see `model::rpc`).
 
 use std::sync::OnceLock;
@@ -35,4 +35,13 @@ pub async fn lost() -> &'static str {
         }
         wake.await;
     }
+}
+
+/// The text of a caught panic's payload (empty when it is neither `&str`
+/// nor `String`).
+pub(crate) fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_default()
 }

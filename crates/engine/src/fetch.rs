@@ -263,18 +263,18 @@ fn fetch_member(
 /// once with llama.cpp's quantizer and cached beside the original, which is
 /// kept.
 pub fn ensure_default_model_as(
-    format: Option<crate::model::WeightFormat>,
+    format: Option<crate::runtime::WeightFormat>,
     threads: i32,
 ) -> Result<PathBuf, FetchError> {
     let original = ensure_default_model()?;
-    let Some(f) = format.filter(|f| *f != crate::model::WeightFormat::Q4_1) else {
+    let Some(f) = format.filter(|f| *f != crate::runtime::WeightFormat::Q4_1) else {
         return Ok(original);
     };
     let _one = FETCHING.lock().unwrap_or_else(|p| p.into_inner());
     let out = original.with_file_name(format!("SmolLM2-135M-Instruct.{}.gguf", f.name()));
     if !out.exists() {
         eprintln!("converting the default model to {} (once) ...", f.name());
-        crate::model::convert(&original, &out, f, threads)
+        crate::runtime::convert(&original, &out, f, threads)
             .map_err(|e| FetchError::Io(DEFAULT_MODEL_NAME.to_string(), e.to_string()))?;
     }
     Ok(out)

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::model::{LoadError, LoadedModel};
+use crate::runtime::{LoadError, LoadedModel};
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, Hash)]
 pub struct ModelIdentity {
@@ -54,8 +54,8 @@ impl ModelIdentity {
     /// One line for logs.
     /// What the prefix cache keys computed state by: weights, tokenizer
     /// and template, and the adapters named at start (each request's
-    /// adapter set is mixed in per sequence: `core/adapters.rs`).
-    pub fn prefix_key(&self) -> crate::core::prefix::PrefixKey {
+    /// adapter set is mixed in per sequence: `owner/adapters.rs`).
+    pub fn prefix_key(&self) -> crate::owner::kv::key::PrefixKey {
         use std::hash::{Hash, Hasher};
         let h = |parts: &[&str]| {
             let mut s = std::collections::hash_map::DefaultHasher::new();
@@ -63,7 +63,7 @@ impl ModelIdentity {
             s.finish()
         };
         let adapters: Vec<&str> = self.adapters.iter().map(String::as_str).collect();
-        crate::core::prefix::PrefixKey {
+        crate::owner::kv::key::PrefixKey {
             model: h(&[
                 &self.weights_sha256,
                 &self.vocab_sha256,

@@ -6,10 +6,14 @@ use std::time::Instant;
 
 use tokio::sync::{mpsc, watch};
 
-use crate::{
-    core, identity, memory, model, Engine, EngineConfig, EngineHandle, EngineStats, LoadError,
-    ModelIdentity, Preparer, Shared, TokenId,
-};
+use crate::admission::memory;
+use crate::config::EngineConfig;
+use crate::deliver::stats::EngineStats;
+use crate::handle::{Engine, EngineHandle, Shared};
+use crate::identity::{self, ModelIdentity};
+use crate::owner as core;
+use crate::prepare::Preparer;
+use crate::runtime::{self as model, LoadError, TokenId};
 
 /// A draft model must generate (no pooling), speak the model's vocabulary
 /// token for token, and be full attention (its cells are cut back after
@@ -74,7 +78,7 @@ fn bytes_per_cell(model: &model::LoadedModel, c: &EngineConfig) -> u64 {
         return plain;
     };
     let sizes =
-        core::memstate::measure(&mut rt, kind, &model.tokenize("Hello, world", true, false));
+        core::kv::memstate::measure(&mut rt, kind, &model.tokenize("Hello, world", true, false));
     let per_seq = sizes.per_seq(kind, c.ctx_per_seq, core::runtime_params(c).n_ubatch);
     if per_seq == 0 {
         return plain;

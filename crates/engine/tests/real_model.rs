@@ -100,7 +100,7 @@ const PROMPTS: [&str; 8] = [
 ];
 
 /// Also the parallel output path: 16 streams decode together, so each
-/// step's rows are sampled and emitted on helper threads (`core/rows.rs`).
+/// step's rows are sampled and emitted on helper threads (`owner/rows.rs`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn greedy_is_deterministic_and_batched_equals_solo() {
     let h = engine_with(16, 64, |c| c.sample_threads = 4).await;

@@ -1,0 +1,94 @@
+//! The step's prompt budget: the step-time target through the cost model
+//! (`owner/plan/cost.rs`), the efficient-chunk rounding, and the TTFT target's
+//! expedited prompts (`scheduler::overdue`). Owner-thread only.
+
+use std::time::Instant;
+
+use crate::owner::plan::scheduler;
+use crate::owner::start::max_step_prompt;
+use crate::owner::Owner;
+use crate::runtime::backend::Backend;
+
+impl<B: Backend> Owner<B> {
+    /// This step's prompt budget and expedited prompts: the step-time
+    /// target sizes the budget by the learned cost of prompt tokens at their
+    /// context position; overdue short prompts (TTFT target) are added on
+    /// top, twice their tokens so the oldest prompt keeps half, capped so no
+    /// step outlasts the TTFT target itself.
+    pub(super) fn set_budget(&mut self) {
+        let max = max_step_prompt(&self.config);
+        let decoders = self
+            .seqs
+            .iter()
+            .filter(|s| s.is_decoding())
+            .count()
+            .min(self.config.max_decode_seqs);
+        // Where the next prompt tokens start: the furthest prefilling
+        // sequence (the dearest tokens).
+        let ctx = self
+            .seqs
+            .iter()
+            .filter(|s| !s.is_decoding() && s.prompt_left() > 0)
+            .map(|s| s.computed_prompt().len())
+            .max()
+            .unwrap_or(0) as f64;
+        let configured = self.config.prompt_budget;
+        // The step-time target, where it applies to this step: always, or
+        // only while a long prompt is prefilling (`target_min_prompt`).
+        let min_prompt = self.config.target_min_prompt;
+        let target_step = self.config.target_step_ms.filter(|_| {
+            min_prompt == 0
+                || self.seqs.iter().any(|s| {
+                    !s.is_decoding() && s.prompt_left() > 0 && s.prompt.len() >= min_prompt
+                })
+        });
+        let mut base = match target_step {
+            Some(target) => self.cost.budget(
+                target,
+                decoders,
+                self.config.min_prompt_budget,
+                configured,
+                ctx,
+            ),
+            None => configured,
+        };
+        // A budget of half an efficient chunk or more buys fewer tokens for
+        // more time than the efficient chunk (at ~3,000 tokens of context a
+        // 43-token chunk took 395 ms, a 65-token one 265–285: 2.2× per
+        // token, docs/BENCHMARKS.md [3/8]): round it up, unless the
+        // configured maximum is lower.
+        let eff = scheduler::EFFICIENT_CHUNK;
+        if base < eff && base * 2 >= eff && configured >= eff {
+            base = eff;
+        }
+        self.limits.expedite.clear();
+        self.limits.prompt_budget = base;
+        let Some(ttft) = self.config.ttft_target_ms else {
+            return;
+        };
+        let now = Instant::now();
+        let prompts: Vec<(u64, usize, bool)> = self
+            .seqs
+            .iter()
+            .filter(|s| !s.is_decoding())
+            .map(|s| {
+                let waited = now.saturating_duration_since(s.arrival()).as_secs_f64() * 1e3;
+                // Short prompts only: the tail of a long prompt is not short
+                // (its tokens cost most, at long context).
+                let short = s.prompt.len() <= self.config.expedite_max_tokens;
+                (s.key, s.prompt_left(), short && waited >= ttft)
+            })
+            .collect();
+        let (keys, tokens) = scheduler::overdue(
+            &prompts,
+            self.config.expedite_max_tokens,
+            self.config.expedite_max_seqs,
+        );
+        self.limits.expedite = keys;
+        let cap = match target_step {
+            Some(_) => self.cost.budget(ttft, decoders, base, max, ctx),
+            None => max,
+        };
+        self.limits.prompt_budget = (base + 2 * tokens).min(cap.max(base));
+    }
+}

@@ -1,0 +1,192 @@
+//! The prefix cache's second tier: KV state of evicted cache entries, saved
+//! to host memory through llama.cpp's per-sequence state API, and restored
+//! into a free slot when a later prompt starts with the same tokens.
+//!
+//! Pure bookkeeping: the owner saves (`Backend::save_slot`) before it clears
+//! an evicted slot and restores (`Backend::restore_slot`) at admission; this
+//! module only keeps the bytes, keyed like the first tier (identity key +
+//! exact tokens from position 0), within its own byte budget, evicting the
+//! least recently used entry first.
+//!
+//! Why it pays on the CPU: restoring 1,500 tokens of state is a copy of
+//! ~35 MB; recomputing them is ~2.4 s (docs/BENCHMARKS.md [6/8]).
+
+use crate::owner::kv::key::{common_prefix, PrefixKey};
+use crate::runtime::TokenId;
+
+#[derive(Debug)]
+pub(crate) struct Spilled {
+    pub key: PrefixKey,
+    pub tokens: Vec<TokenId>,
+    pub data: Vec<u8>,
+    pub last_used: u64,
+    /// Lowest position every layer held when saved (a sliding window's
+    /// `lo`; 0 for full attention).
+    pub lo: usize,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct HostTier {
+    entries: Vec<Spilled>,
+    /// Most bytes held (0: the tier is off).
+    pub budget: u64,
+    /// Shortest prefix worth saving or restoring, tokens.
+    pub min_tokens: usize,
+}
+
+impl HostTier {
+    pub fn new(budget: u64, min_tokens: usize) -> Self {
+        HostTier {
+            entries: Vec::new(),
+            budget,
+            min_tokens: min_tokens.max(1),
+        }
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.budget > 0
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.entries.iter().map(|e| e.data.len() as u64).sum()
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Keep `e`, evicting least recently used entries to fit the budget.
+    /// An entry larger than the whole budget, or one whose tokens another
+    /// entry already covers, is dropped. Returns the entries evicted.
+    pub fn insert(&mut self, e: Spilled) -> usize {
+        let size = e.data.len() as u64;
+        if !self.enabled() || size > self.budget || e.tokens.len() < self.min_tokens {
+            return 0;
+        }
+        // An entry that is a prefix of the new one is redundant; the new one
+        // is redundant if an existing entry extends it.
+        if self
+            .entries
+            .iter()
+            .any(|x| x.key == e.key && x.tokens.starts_with(&e.tokens))
+        {
+            return 0;
+        }
+        self.entries
+            .retain(|x| !(x.key == e.key && e.tokens.starts_with(&x.tokens)));
+        let mut evicted = 0;
+        while self.bytes() + size > self.budget {
+            let Some(i) = self
+                .entries
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, x)| x.last_used)
+                .map(|(i, _)| i)
+            else {
+                break;
+            };
+            self.entries.swap_remove(i);
+            evicted += 1;
+        }
+        self.entries.push(e);
+        evicted
+    }
+
+    /// The entry sharing the longest prefix with `prompt` under `key`, and
+    /// that length (at most `prompt.len() - 1`: the last prompt token is
+    /// always computed), when it reaches `min_tokens`. `reach(entry, m)`:
+    /// how much of a shared `m` the saved state can restart from (a window
+    /// or recurrent state may not hold the point; `owner/kv/memstate.rs`).
+    pub fn best(
+        &self,
+        key: PrefixKey,
+        prompt: &[TokenId],
+        reach: impl Fn(&Spilled, usize) -> usize,
+    ) -> Option<(usize, usize)> {
+        if !self.enabled() || prompt.len() < 2 {
+            return None;
+        }
+        let cap = prompt.len() - 1;
+        self.entries
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.key == key)
+            .map(|(i, e)| (i, reach(e, common_prefix(&e.tokens, prompt).min(cap))))
+            .filter(|&(_, len)| len >= self.min_tokens)
+            .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))
+    }
+
+    /// Take an entry out (to restore it; `insert` it back after).
+    pub fn take(&mut self, i: usize) -> Option<Spilled> {
+        (i < self.entries.len()).then(|| self.entries.swap_remove(i))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sp(tokens: &[TokenId], bytes: usize, t: u64) -> Spilled {
+        Spilled {
+            key: PrefixKey::default(),
+            tokens: tokens.to_vec(),
+            data: vec![0; bytes],
+            last_used: t,
+            lo: 0,
+        }
+    }
+
+    #[test]
+    fn longest_match_by_key_and_lru_within_budget() {
+        let mut h = HostTier::new(100, 2);
+        h.insert(sp(&[1, 2, 3, 4], 40, 1));
+        h.insert(sp(&[1, 2, 9], 40, 2));
+        assert_eq!(h.len(), 2);
+        // Longest common prefix, capped below the prompt's last token.
+        let (i, len) = h
+            .best(PrefixKey::default(), &[1, 2, 3, 4, 5], |_, m| m)
+            .unwrap();
+        assert_eq!(len, 4);
+        assert_eq!(h.entries[i].tokens, vec![1, 2, 3, 4]);
+        assert_eq!(
+            h.best(PrefixKey::default(), &[1, 2, 3, 4], |_, m| m)
+                .unwrap()
+                .1,
+            3
+        );
+        // A suffix under a different first token is a miss; so is another key.
+        assert!(h
+            .best(PrefixKey::default(), &[7, 2, 3, 4, 5], |_, m| m)
+            .is_none());
+        let other = PrefixKey {
+            adapters: 1,
+            ..Default::default()
+        };
+        assert!(h.best(other, &[1, 2, 3, 4, 5], |_, m| m).is_none());
+        // Over budget: the least recently used goes.
+        assert_eq!(h.insert(sp(&[5, 6, 7], 40, 3)), 1);
+        assert!(h.bytes() <= 100);
+        // [1, 2, 3, 4] (the oldest) is gone: only [1, 2, 9]'s two tokens match.
+        assert_eq!(
+            h.best(PrefixKey::default(), &[1, 2, 3, 4, 5], |_, m| m)
+                .unwrap()
+                .1,
+            2
+        );
+        // Too big or too short: not kept.
+        assert_eq!(h.insert(sp(&[8, 8, 8], 101, 4)), 0);
+        h.insert(sp(&[8], 1, 5));
+        assert_eq!(h.len(), 2);
+    }
+
+    #[test]
+    fn prefixes_of_each_other_are_kept_once() {
+        let mut h = HostTier::new(1000, 2);
+        h.insert(sp(&[1, 2], 10, 1));
+        h.insert(sp(&[1, 2, 3], 10, 2));
+        assert_eq!(h.len(), 1, "the longer one covers the shorter");
+        h.insert(sp(&[1, 2], 10, 3));
+        assert_eq!(h.len(), 1);
+        assert_eq!(h.entries[0].tokens, vec![1, 2, 3]);
+    }
+}

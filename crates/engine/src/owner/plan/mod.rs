@@ -1,0 +1,10 @@
+//! ③ execute — the step's plan, pure: which sequences decode, which prompt
+//! chunks run (`scheduler`), and what a step costs (`cost`, the fitted
+//! step-time model the budget is derived from). No runtime, no I/O: tested
+//! with plain values.
+//!
+//! May use: nothing of the engine but token ids. The owner (`owner/budget.rs`,
+//! `owner/mod.rs`) applies the plans.
+
+pub mod cost;
+pub mod scheduler;
