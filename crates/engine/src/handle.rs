@@ -12,39 +12,12 @@ use crate::config::{AdapterInfo, AdapterSpec, EngineConfig};
 use crate::deliver::stats::EngineStats;
 use crate::deliver::stream::{GenerationError, RequestStream};
 use crate::identity::ModelIdentity;
-use crate::owner::embed::EmbedOutput;
+use crate::owner::inbox::EmbedOutput;
+use crate::owner::inbox::{Command, EmbedSubmission, Submission};
+use crate::owner::kv::cells::CellSlot;
 use crate::prepare::Preparer;
 use crate::request::{GenerateRequest, SubmitError};
 use crate::runtime::{self as model, TokenId};
-
-pub(crate) enum Command {
-    Submit(Box<crate::owner::Submission>),
-    /// Cancel by request ID; unknown or already retired IDs are ignored.
-    Cancel(String),
-    /// End every queued and admitted request with a `Shutdown` error.
-    CancelAll,
-    /// Stop the owner as if every handle had been dropped.
-    Stop,
-    /// Load a LoRA adapter while running.
-    LoadAdapter(
-        AdapterSpec,
-        tokio::sync::oneshot::Sender<Result<AdapterInfo, String>>,
-    ),
-    /// Embed (or score) tokenized inputs: embedding models only.
-    Embed(Box<crate::owner::embed::EmbedSubmission>),
-    /// Every slot's tokens in the cell map (`/debug/cells`).
-    CellMap(tokio::sync::oneshot::Sender<Vec<CellSlot>>),
-}
-
-/// One slot of the cell map (`EngineHandle::cell_map`).
-#[derive(Debug, Clone)]
-pub struct CellSlot {
-    pub slot: usize,
-    /// The prefix identity its cells were computed under (model, adapters,
-    /// media hashes): part of every KV event block hash.
-    pub key: [u64; 3],
-    pub tokens: Vec<TokenId>,
-}
 
 pub(crate) struct Shared {
     pub(crate) config: EngineConfig,
@@ -293,7 +266,7 @@ impl EngineHandle {
     ) -> Result<tokio::sync::oneshot::Receiver<Result<EmbedOutput, GenerationError>>, SubmitError>
     {
         let (reply, rx) = tokio::sync::oneshot::channel();
-        let sub = crate::owner::embed::EmbedSubmission {
+        let sub = EmbedSubmission {
             id,
             inputs,
             reply,
@@ -309,7 +282,7 @@ impl EngineHandle {
         let (tx, rx) = mpsc::channel(self.shared.config.outbox_capacity.max(2));
         let id = req.id.clone();
         let note = Arc::new(crate::deliver::stream::CancelNote::default());
-        let sub = crate::owner::Submission {
+        let sub = Submission {
             req,
             outbox: tx,
             note: note.clone(),

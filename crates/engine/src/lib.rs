@@ -27,10 +27,11 @@ pub use crate::deliver::stats::{self, CancelState, EngineStats, Histogram};
 pub use crate::deliver::stream::{
     self, Event, FinishReason, Finished, GenerationError, RequestStream, Timings, TokenLogprob,
 };
-pub use crate::handle::{CellSlot, Engine, EngineHandle};
+pub use crate::handle::{Engine, EngineHandle};
 pub use crate::identity::ModelIdentity;
 pub use crate::loaded::Loaded;
-pub use crate::owner::embed::EmbedOutput;
+pub use crate::owner::inbox::EmbedOutput;
+pub use crate::owner::kv::cells::CellSlot;
 pub use crate::owner::kv::events as kvevents;
 pub use crate::owner::spec::speculate::SpecMode;
 pub use crate::prepare::{chat, constraint, literal, PrepareError, Preparer};

@@ -115,14 +115,7 @@ pub fn fit_sequences(
     Ok(n.min(max_seqs))
 }
 
-/// One GPU's memory as the runtime reports it (`ggml_backend_dev_memory`):
-/// bytes in total and free now, for every process on the device.
-#[derive(Debug, Clone, Serialize, PartialEq, Default)]
-pub struct DeviceMemory {
-    pub name: String,
-    pub total: u64,
-    pub free: u64,
-}
+pub use crate::runtime::DeviceMemory;
 
 /// Where a model's weights, KV pool and compute buffers live: the share of
 /// its layers offloaded to GPUs (llama.cpp keeps a layer's weights and, with

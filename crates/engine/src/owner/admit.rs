@@ -41,8 +41,8 @@ impl<B: Backend> Owner<B> {
             budget -= 1;
             let r = &w.sub.req;
             // State is reused only under the same adapter set.
-            let set = crate::owner::adapters::canonical(&r.adapters);
-            let pkey = crate::owner::adapters::key_for(self.prefix_key, &set);
+            let set = crate::owner::plan::adapter_sets::canonical(&r.adapters);
+            let pkey = crate::owner::plan::adapter_sets::key_for(self.prefix_key, &set);
             let need = admission::cells_needed(self.state_model, r.prompt.len(), r.max_tokens);
             if self.free_slots.is_empty() && self.cache.len() == 0 {
                 break;

@@ -14,11 +14,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, watch};
 
 use crate::deliver::stats::{CancelState, EngineStats};
 use crate::deliver::stream::{Event, GenerationError};
-use crate::handle::Command;
+use crate::owner::inbox::{Command, EmbedOutput, EmbedSubmission};
 use crate::runtime::{StepError, TokenId};
 
 /// What an embedding owner computes with (llama.cpp's `EmbedRuntime`, or
@@ -37,24 +37,6 @@ impl EmbedBackend for crate::runtime::EmbedRuntime<'_> {
     fn run(&mut self, seqs: &[&[TokenId]]) -> Result<Vec<Vec<f32>>, StepError> {
         crate::runtime::EmbedRuntime::run(self, seqs)
     }
-}
-
-/// One embedding request: inputs already tokenized and checked to fit a
-/// batch each.
-pub struct EmbedSubmission {
-    pub id: String,
-    pub inputs: Vec<Vec<TokenId>>,
-    pub reply: oneshot::Sender<Result<EmbedOutput, GenerationError>>,
-    pub deadline: Option<Instant>,
-}
-
-/// A request's result: one raw (unnormalised) output per input.
-#[derive(Debug, Clone, PartialEq)]
-pub struct EmbedOutput {
-    pub vectors: Vec<Vec<f32>>,
-    pub tokens: u32,
-    pub queue_ms: f64,
-    pub compute_ms: f64,
 }
 
 struct Job {
@@ -429,6 +411,7 @@ pub(crate) fn spawn(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::sync::oneshot;
 
     /// Output = [sequence length, first token]; records each batch's shape.
     struct Fake {

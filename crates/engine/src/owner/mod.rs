@@ -22,6 +22,7 @@ mod budget;
 mod drafts;
 pub mod embed;
 mod faults;
+pub mod inbox;
 pub mod kv;
 mod kvpublish;
 pub mod plan;
@@ -43,10 +44,9 @@ use crate::admission::kv::{Ledger, StateModel};
 use crate::config::EngineConfig;
 use crate::deliver::stats::EngineStats;
 use crate::deliver::stream::{Event, GenerationError};
-use crate::handle::Command;
-use crate::request::GenerateRequest;
 use crate::runtime::backend::Backend;
 use crate::runtime::{LoadedModel, MemoryKind, Vocab};
+pub(crate) use inbox::{Command, Submission};
 use kv::key::PrefixKey;
 use kv::prefix::PrefixCache;
 use kv::{cells, memstate, spill};
@@ -55,12 +55,6 @@ use plan::scheduler::{self, SeqView, StepLimits};
 use sequence::{Outcome, Sequence};
 use spec::{drafter, speculate};
 pub(crate) use start::{runtime_params, spawn};
-
-pub(crate) struct Submission {
-    pub req: GenerateRequest,
-    pub outbox: mpsc::Sender<Event>,
-    pub note: Arc<crate::deliver::stream::CancelNote>,
-}
 
 pub(crate) struct OwnerArgs {
     pub model: Arc<LoadedModel>,
@@ -151,7 +145,7 @@ pub(crate) struct Owner<B: Backend> {
     suspects: Vec<u64>,
     /// Loaded LoRA adapters (published) and whose turn a step is.
     adapters: Arc<std::sync::RwLock<Vec<crate::config::AdapterInfo>>>,
-    turns: adapters::Turns,
+    turns: plan::adapter_sets::Turns,
     /// Step time against the step's tokens, for pricing draft rows.
     spec_fit: speculate::StepFit,
     /// Acceptance new requests start from, per class (learned).
@@ -252,7 +246,7 @@ impl<B: Backend> Owner<B> {
             n_batch: runtime_params(&c).n_batch as usize,
             suspects: Vec::new(),
             adapters: args.adapters,
-            turns: adapters::Turns::default(),
+            turns: plan::adapter_sets::Turns::default(),
             spec_fit: speculate::StepFit::default(),
             spec_priors: speculate::Priors::default(),
             drafter: None,
@@ -485,7 +479,7 @@ impl<B: Backend> Owner<B> {
         let t_overlap = Instant::now();
         let n_prompt: usize = plan.chunks.iter().map(|c| c.len).sum();
         let tick = self.next_key;
-        let pkey = adapters::key_for(self.prefix_key, &set);
+        let pkey = plan::adapter_sets::key_for(self.prefix_key, &set);
         for &(slot, tok) in &decoded_tokens {
             self.cells.extend(slot, pkey, &[tok], tick);
         }
@@ -655,7 +649,7 @@ impl<B: Backend> Owner<B> {
         } else {
             self.cache.insert(kv::prefix::Entry {
                 slot: seq.slot,
-                key: adapters::key_for(self.prefix_key, &seq.adapters),
+                key: plan::adapter_sets::key_for(self.prefix_key, &seq.adapters),
                 last_used: self.next_key,
             });
         }

@@ -15,9 +15,9 @@ use crate::admission::kv::Permit;
 use crate::deliver::stream::{
     Event, FinishReason, Finished, GenerationError, Timings, TokenLogprob,
 };
+use crate::owner::inbox::Submission;
 use crate::owner::plan::scheduler::{Chunk, SeqView};
 use crate::owner::spec::speculate::{Priors, SpecMode, SpecState};
-use crate::owner::Submission;
 use crate::runtime::backend::Backend;
 use crate::runtime::{StepError, TokenId, Vocab};
 use crate::sample::detok::StreamDetokenizer;
@@ -46,7 +46,7 @@ pub(super) enum Outcome {
 pub(super) struct Sequence {
     pub key: u64,
     /// The LoRA adapter set it runs under (canonical; empty: the base).
-    pub adapters: crate::owner::adapters::AdapterSet,
+    pub adapters: crate::owner::plan::adapter_sets::AdapterSet,
     pub id: String,
     pub slot: usize,
     pub prompt: Vec<TokenId>,
@@ -114,7 +114,7 @@ impl Sequence {
         let reused = reused.min(r.prompt.len().saturating_sub(1));
         Sequence {
             key,
-            adapters: crate::owner::adapters::canonical(&r.adapters),
+            adapters: crate::owner::plan::adapter_sets::canonical(&r.adapters),
             id: r.id,
             slot,
             sampler: Sampler::new(r.sampling, &r.prompt),

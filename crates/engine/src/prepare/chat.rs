@@ -9,8 +9,8 @@ use serde_json::{Map, Value};
 use steward_formats::adapt::{fit, Profile};
 use steward_formats::{ChatTemplates, RenderArgs, TemplateError};
 
+use crate::prepare::error::PrepareError;
 use crate::prepare::literal::{Literals, Specials};
-use crate::prepare::PrepareError;
 use crate::runtime::LoadedModel;
 
 /// One chat request as the template gets it.

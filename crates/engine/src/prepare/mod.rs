@@ -12,7 +12,10 @@
 
 pub mod chat;
 pub mod constraint;
+mod error;
 pub mod literal;
+
+pub use error::PrepareError;
 
 use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
 use std::sync::Arc;
@@ -24,36 +27,6 @@ use crate::prepare::chat::{ChatPrompt, ChatSetup, TemplateInfo};
 use crate::config::EngineConfig;
 use crate::prepare::constraint::{Constraint, ConstraintCompiler, Grammar};
 use crate::runtime::{LoadedModel, TokenId};
-
-#[derive(Debug, Clone, thiserror::Error, PartialEq)]
-pub enum PrepareError {
-    #[error("the tokenizer queue is full ({0} jobs waiting); retry shortly")]
-    Busy(usize),
-    #[error("chat template failed: {0}")]
-    Template(String),
-    #[error("the prompt is empty after tokenization")]
-    EmptyPrompt,
-    #[error("this model's maximum context length is {limit} tokens; the request has {prompt} prompt tokens and asks for {max_tokens} completion tokens")]
-    ContextLength {
-        limit: u32,
-        prompt: u32,
-        max_tokens: u32,
-    },
-    #[error("`max_tokens` is {requested}; this server allows at most {cap} (--max-tokens-limit)")]
-    MaxTokens { requested: u32, cap: u32 },
-    #[error("the engine stopped")]
-    Stopped,
-    /// The grammar or schema does not compile; the text says why.
-    #[error("{0}")]
-    Grammar(String),
-    /// The grammar compiler's queue is full.
-    #[error("the grammar compiler is busy ({0} compiles waiting); retry shortly")]
-    GrammarBusy(usize),
-    /// A pool job panicked (a bug; the pool thread lives on, the request
-    /// fails alone).
-    #[error("internal error while preparing the request: {0}")]
-    Internal(String),
-}
 
 type Job = Box<dyn FnOnce() + Send>;
 

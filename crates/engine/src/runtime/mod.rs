@@ -96,9 +96,18 @@ pub fn gpu_devices() -> Result<Vec<String>, LoadError> {
     Ok(gpu_memory()?.into_iter().map(|d| d.name).collect())
 }
 
+/// One GPU's memory as the runtime reports it (`ggml_backend_dev_memory`):
+/// bytes in total and free now, for every process on the device.
+#[derive(Debug, Clone, serde::Serialize, PartialEq, Default)]
+pub struct DeviceMemory {
+    pub name: String,
+    pub total: u64,
+    pub free: u64,
+}
+
 /// Each GPU's memory as the runtime reports it now (total and free, for
 /// every process on the device). Empty without a GPU.
-pub fn gpu_memory() -> Result<Vec<crate::admission::memory::DeviceMemory>, LoadError> {
+pub fn gpu_memory() -> Result<Vec<DeviceMemory>, LoadError> {
     use llama_cpp_sys_2 as sys;
     backend()?;
     let mut out = Vec::new();
@@ -114,7 +123,7 @@ pub fn gpu_memory() -> Result<Vec<crate::admission::memory::DeviceMemory>, LoadE
             let (mut free, mut total) = (0usize, 0usize);
             sys::ggml_backend_dev_memory(d, &mut free, &mut total);
             let name = std::ffi::CStr::from_ptr(sys::ggml_backend_dev_name(d));
-            out.push(crate::admission::memory::DeviceMemory {
+            out.push(DeviceMemory {
                 name: name.to_string_lossy().into_owned(),
                 total: total as u64,
                 free: free as u64,

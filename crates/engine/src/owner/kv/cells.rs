@@ -32,6 +32,16 @@ use crate::owner::kv::events::{KvEvent, BLOCK_TOKENS};
 use crate::owner::kv::key::{common_prefix, PrefixKey};
 use crate::runtime::TokenId;
 
+/// One slot of the cell map (`EngineHandle::cell_map`).
+#[derive(Debug, Clone)]
+pub struct CellSlot {
+    pub slot: usize,
+    /// The prefix identity its cells were computed under (model, adapters,
+    /// media hashes): part of every KV event block hash.
+    pub key: [u64; 3],
+    pub tokens: Vec<TokenId>,
+}
+
 const NONE: usize = usize::MAX;
 
 #[derive(Debug, Clone)]
@@ -97,10 +107,10 @@ impl CellTrie {
     }
 
     /// Every slot holding cells, with its tokens.
-    pub fn dump(&self) -> Vec<crate::handle::CellSlot> {
+    pub fn dump(&self) -> Vec<CellSlot> {
         self.paths
             .iter()
-            .map(|(&slot, p)| crate::handle::CellSlot {
+            .map(|(&slot, p)| CellSlot {
                 slot,
                 key: [p.key.model, p.key.adapters, p.key.media],
                 tokens: self.tokens(slot),

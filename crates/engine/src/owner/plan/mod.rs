@@ -6,5 +6,6 @@
 //! May use: nothing of the engine but token ids. The owner (`owner/budget.rs`,
 //! `owner/mod.rs`) applies the plans.
 
+pub mod adapter_sets;
 pub mod cost;
 pub mod scheduler;

@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, watch};
 use super::*;
 use crate::config::EngineConfig;
 use crate::deliver::stream::{Event, FinishReason, GenerationError};
-use crate::handle::Command;
+use crate::owner::inbox::Command;
 use crate::request::GenerateRequest;
 use crate::runtime::fake::{self, FakeBackend, FakeMemory};
 use crate::runtime::TokenId;
