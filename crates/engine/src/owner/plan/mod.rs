@@ -7,5 +7,6 @@
 //! `owner/mod.rs`) applies the plans.
 
 pub mod adapter_sets;
+pub mod admit;
 pub mod cost;
 pub mod scheduler;
