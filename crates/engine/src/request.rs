@@ -52,6 +52,44 @@ pub struct GenerateRequest {
     pub speculative: Option<SpecRequest>,
 }
 
+impl GenerateRequest {
+    /// A request with every setting at its default: sampled as
+    /// `SamplingParams::default()`, no stop strings, no logprobs, no
+    /// deadline, no grammar, the base model, the engine's speculation;
+    /// arrival and tokenization now. Set the rest with struct update syntax.
+    pub fn new(id: impl Into<String>, prompt: Vec<TokenId>, max_tokens: u32) -> Self {
+        let now = Instant::now();
+        GenerateRequest {
+            id: id.into(),
+            prompt,
+            max_tokens,
+            sampling: SamplingParams::default(),
+            stop: Vec::new(),
+            ignore_eos: false,
+            logprobs: None,
+            prompt_logprobs: false,
+            arrival: now,
+            tokenized: now,
+            deadline: None,
+            constraint: None,
+            markers: None,
+            adapters: Vec::new(),
+            speculative: None,
+        }
+    }
+
+    /// The same, sampled greedily (temperature 0).
+    pub fn greedy(id: impl Into<String>, prompt: Vec<TokenId>, max_tokens: u32) -> Self {
+        GenerateRequest {
+            sampling: SamplingParams {
+                temperature: 0.0,
+                ..SamplingParams::default()
+            },
+            ..Self::new(id, prompt, max_tokens)
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error, Clone, PartialEq)]
 pub enum SubmitError {
     #[error("the server is at capacity: {0} requests are already waiting")]

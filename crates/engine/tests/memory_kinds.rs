@@ -18,12 +18,10 @@
 mod common;
 use common::wait_for;
 use std::path::PathBuf;
-use std::time::Instant;
 
 use steward_engine::compare::{self, Scored, TIE_NATS};
 use steward_engine::{
-    Engine, EngineConfig, EngineHandle, EngineStats, Event, GenerateRequest, SamplingParams,
-    TokenId,
+    Engine, EngineConfig, EngineHandle, EngineStats, Event, GenerateRequest, TokenId,
 };
 
 fn gemma() -> PathBuf {
@@ -71,31 +69,13 @@ async fn engine_with(path: PathBuf, prefix_cache: bool, ctx: u32, unified: bool)
     c.outbox_capacity = 2;
     c.max_lag_tokens = 1;
     c.slow_reader_timeout = None;
-    let h = Engine::start(c).expect("engine starts");
-    assert!(h.wait_ready().await);
-    h
+    common::start(c).await
 }
 
 fn request(prompt: Vec<TokenId>, max_tokens: u32) -> GenerateRequest {
     GenerateRequest {
-        id: "w".into(),
-        prompt,
-        max_tokens,
-        sampling: SamplingParams {
-            temperature: 0.0,
-            ..Default::default()
-        },
-        stop: vec![],
         ignore_eos: true,
-        logprobs: None,
-        prompt_logprobs: false,
-        arrival: Instant::now(),
-        tokenized: Instant::now(),
-        deadline: None,
-        constraint: None,
-        markers: None,
-        adapters: Vec::new(),
-        speculative: None,
+        ..GenerateRequest::greedy("w", prompt, max_tokens)
     }
 }
 

@@ -13,13 +13,11 @@
 
 mod common;
 use common::wait_for;
-use std::time::Instant;
 
 use steward_engine::chat::ChatPrompt;
 use steward_engine::compare::{self, Scored, TIE_NATS};
 use steward_engine::{
-    Engine, EngineConfig, EngineHandle, EngineStats, Event, Finished, GenerateRequest,
-    SamplingParams, TokenId,
+    Engine, EngineConfig, EngineHandle, EngineStats, Event, Finished, GenerateRequest, TokenId,
 };
 
 async fn engine(prefix_cache: bool) -> EngineHandle {
@@ -35,9 +33,7 @@ async fn engine_with(prefix_cache: bool, tweak: impl FnOnce(&mut EngineConfig)) 
     c.prefix_cache = prefix_cache;
     c.prefix_copy_min = 64;
     tweak(&mut c);
-    let h = Engine::start(c).expect("engine starts");
-    assert!(h.wait_ready().await);
-    h
+    common::start(c).await
 }
 
 /// A request whose reader stops stays admitted, paused at the lag bound,
@@ -105,24 +101,8 @@ async fn chat(h: &EngineHandle, m: Vec<serde_json::Value>) -> Vec<TokenId> {
 
 fn request(prompt: Vec<TokenId>, max_tokens: u32) -> GenerateRequest {
     GenerateRequest {
-        id: "p".into(),
-        prompt,
-        max_tokens,
-        sampling: SamplingParams {
-            temperature: 0.0,
-            ..Default::default()
-        },
-        stop: vec![],
         ignore_eos: true,
-        logprobs: None,
-        prompt_logprobs: false,
-        arrival: Instant::now(),
-        tokenized: Instant::now(),
-        deadline: None,
-        constraint: None,
-        markers: None,
-        adapters: Vec::new(),
-        speculative: None,
+        ..GenerateRequest::greedy("p", prompt, max_tokens)
     }
 }
 

@@ -10,7 +10,7 @@
 
 mod common;
 use common::wait_for;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use steward_engine::compare::{self, Scored, TIE_NATS};
 use steward_engine::{
@@ -42,9 +42,7 @@ async fn engine_with(
     c.prompt_budget = budget;
     c.max_prefill_seqs = 8;
     f(&mut c);
-    let h = Engine::start(c).expect("engine starts");
-    assert!(h.wait_ready().await);
-    h
+    common::start(c).await
 }
 
 fn greedy() -> SamplingParams {
@@ -66,21 +64,8 @@ async fn prompt_tokens(h: &EngineHandle, text: &str) -> Vec<TokenId> {
 
 fn request(prompt: Vec<TokenId>, max_tokens: u32, sampling: SamplingParams) -> GenerateRequest {
     GenerateRequest {
-        id: "t".into(),
-        prompt,
-        max_tokens,
         sampling,
-        stop: vec![],
-        ignore_eos: false,
-        logprobs: None,
-        prompt_logprobs: false,
-        arrival: Instant::now(),
-        tokenized: Instant::now(),
-        deadline: None,
-        constraint: None,
-        markers: None,
-        adapters: Vec::new(),
-        speculative: None,
+        ..GenerateRequest::new("t", prompt, max_tokens)
     }
 }
 

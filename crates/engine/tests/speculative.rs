@@ -11,8 +11,9 @@
 //! any machine under any load. Outputs are compared through
 //! `steward_engine::compare` (verification steps have other shapes).
 
+mod common;
+
 use std::path::PathBuf;
-use std::time::Instant;
 
 use steward_engine::compare::{self, TIE_NATS};
 use steward_engine::{
@@ -47,9 +48,7 @@ fn config(draft: Option<PathBuf>) -> EngineConfig {
 }
 
 async fn engine(draft: Option<PathBuf>) -> EngineHandle {
-    let h = Engine::start(config(draft)).expect("engine starts");
-    assert!(h.wait_ready().await);
-    h
+    common::start(config(draft)).await
 }
 
 fn request(
@@ -59,24 +58,13 @@ fn request(
     mode: SpecMode,
 ) -> GenerateRequest {
     GenerateRequest {
-        id: "spec".into(),
-        prompt,
-        max_tokens,
         sampling,
-        stop: vec![],
         ignore_eos: true,
-        logprobs: None,
-        prompt_logprobs: false,
-        arrival: Instant::now(),
-        tokenized: Instant::now(),
-        deadline: None,
-        constraint: None,
-        markers: None,
-        adapters: Vec::new(),
         speculative: Some(SpecRequest {
             mode: Some(mode),
             max_draft: Some(6),
         }),
+        ..GenerateRequest::new("spec", prompt, max_tokens)
     }
 }
 

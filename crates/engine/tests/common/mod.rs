@@ -1,9 +1,10 @@
 //! Helpers the engine's integration tests share (each test binary includes
-//! this module with `mod common;`).
+//! this module with `mod common;`; each uses a subset).
+#![allow(dead_code)]
 
 use std::time::{Duration, Instant};
 
-use steward_engine::{EngineHandle, EngineStats};
+use steward_engine::{Engine, EngineConfig, EngineHandle, EngineStats};
 
 /// How long a test waits for something the engine must do before it calls
 /// it a hang: far past any wait on a loaded machine, never a speed claim.
@@ -26,4 +27,12 @@ pub async fn wait_for(
         assert!(Instant::now() < deadline, "{what}: never happened: {st:?}");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// The one engine fixture: start an engine with this configuration and
+/// wait until it serves.
+pub async fn start(c: EngineConfig) -> EngineHandle {
+    let h = Engine::start(c).expect("engine starts");
+    assert!(h.wait_ready().await);
+    h
 }

@@ -15,7 +15,6 @@ use crate::owner::inbox::Command;
 use crate::request::GenerateRequest;
 use crate::runtime::fake::{self, FakeBackend, FakeMemory};
 use crate::runtime::TokenId;
-use crate::sample::sampler::SamplingParams;
 
 struct Harness {
     owner: Owner<FakeBackend>,
@@ -48,24 +47,10 @@ fn request(
     prompt_logprobs: bool,
 ) -> GenerateRequest {
     GenerateRequest {
-        id: id.to_string(),
-        prompt,
-        max_tokens,
-        sampling: SamplingParams {
-            temperature: 0.0,
-            ..Default::default()
-        },
         stop: stop.iter().map(|s| s.to_string()).collect(),
-        ignore_eos: false,
-        logprobs: None,
         prompt_logprobs,
-        arrival: Instant::now(),
-        tokenized: Instant::now(),
         deadline,
-        constraint: None,
-        markers: None,
-        adapters: Vec::new(),
-        speculative: None,
+        ..GenerateRequest::greedy(id, prompt, max_tokens)
     }
 }
 /// A generation submission (for owners that must refuse one).
