@@ -51,15 +51,7 @@ pub struct Echo {
 /// `instructions` are not carried over.
 pub fn to_chat(body: &Value, previous: Option<&Stored>) -> Result<RTranslated, DialectError> {
     let b = Obj::of(body, "")?;
-    for key in ["background", "conversation", "prompt"] {
-        let on = match b.get(key) {
-            None | Some(Value::Bool(false)) => false,
-            Some(_) => true,
-        };
-        if on {
-            return Err(unsupported(key, &format!("`{key}`"), " by this server"));
-        }
-    }
+    refuse_unsupported(&b)?;
     let mut chat = Map::new();
     let model = b.str("model")?.unwrap_or_default().to_string();
     if !model.is_empty() {
@@ -73,27 +65,96 @@ pub fn to_chat(body: &Value, previous: Option<&Stored>) -> Result<RTranslated, D
             format!("Previous response with id '{shown}' not found."),
         ));
     }
-
-    // Items: the previous conversation, then this input.
     let history = previous.map_or(&[][..], |p| &p.conversation[..]);
     let input_items = input(&b, previous_response_id.as_deref(), history.len())?;
-    let mut messages = Vec::new();
     let instructions = b.str("instructions")?;
+    chat.insert("messages".into(), messages(history, &input_items, instructions)?);
+    // The model always answers in a new turn: a final assistant item is
+    // history, not a prefix to continue.
+    chat.insert("add_generation_prompt".into(), true.into());
+    let sampling = sampling(&b, &mut chat)?;
+    let (tools, tool_choice, parallel) = tools(&b, &mut chat)?;
+    let (text, reasoning) = output_format(&b, &mut chat)?;
+    let metadata = metadata(&b)?;
+    let user = b.str("user")?;
+    if let Some(u) = user {
+        chat.insert("user".into(), u.into());
+    }
+    let truncation = truncation(&b)?;
+    if let Some(list) = b.arr("include")? {
+        for (i, v) in list.iter().enumerate() {
+            if !v.is_string() {
+                return Err(wrong_type(&idx("include", i), "a string", v));
+            }
+        }
+    }
+    let echo = Echo {
+        instructions: instructions.map_or(Value::Null, Value::from),
+        tools: Value::Array(tools),
+        tool_choice,
+        text,
+        temperature: sampling.temperature.unwrap_or(Value::Null),
+        top_p: sampling.top_p.unwrap_or(Value::Null),
+        max_output_tokens: sampling.max_output_tokens.map_or(Value::Null, Value::from),
+        metadata,
+        reasoning,
+        parallel_tool_calls: parallel.unwrap_or(true).into(),
+        store: sampling.store,
+        truncation: truncation.into(),
+        user: user.map_or(Value::Null, Value::from),
+    };
+    Ok(RTranslated {
+        chat: Value::Object(chat),
+        stream: sampling.stream,
+        store: sampling.store,
+        model,
+        previous_response_id,
+        input_items,
+        echo,
+    })
+}
+
+/// Fields this server does not implement, refused when turned on.
+fn refuse_unsupported(b: &Obj) -> R<()> {
+    for key in ["background", "conversation", "prompt"] {
+        let on = match b.get(key) {
+            None | Some(Value::Bool(false)) => false,
+            Some(_) => true,
+        };
+        if on {
+            return Err(unsupported(key, &format!("`{key}`"), " by this server"));
+        }
+    }
+    Ok(())
+}
+
+/// The chat messages: the instructions, then the previous conversation's
+/// items and this input's.
+fn messages(history: &[Value], input_items: &[Value], instructions: Option<&str>) -> R<Value> {
+    let mut messages = Vec::new();
     if let Some(i) = instructions.filter(|i| !i.is_empty()) {
         messages.push(json!({"role": "system", "content": i}));
     }
     let mut conv = Conversation::default();
-    for item in history.iter().chain(&input_items) {
+    for item in history.iter().chain(input_items) {
         conv.push(item, &mut messages);
     }
     if !messages.iter().any(|m| m["role"] != "system") {
         return Err(DialectError::invalid("input", "`input` is required"));
     }
-    chat.insert("messages".into(), Value::Array(messages));
-    // The model always answers in a new turn: a final assistant item is
-    // history, not a prefix to continue.
-    chat.insert("add_generation_prompt".into(), true.into());
+    Ok(Value::Array(messages))
+}
 
+/// The sampling and delivery fields, as the request gave them.
+struct Sampling {
+    max_output_tokens: Option<u64>,
+    temperature: Option<Value>,
+    top_p: Option<Value>,
+    stream: bool,
+    store: bool,
+}
+
+fn sampling(b: &Obj, chat: &mut Map<String, Value>) -> R<Sampling> {
     let max_output_tokens = b.positive("max_output_tokens")?;
     if let Some(n) = max_output_tokens {
         chat.insert("max_tokens".into(), n.into());
@@ -111,6 +172,18 @@ pub fn to_chat(body: &Value, previous: Option<&Stored>) -> Result<RTranslated, D
         chat.insert("stream_options".into(), json!({"include_usage": true}));
     }
     let store = b.bool("store")?.unwrap_or(true);
+    Ok(Sampling {
+        max_output_tokens,
+        temperature,
+        top_p,
+        stream,
+        store,
+    })
+}
+
+/// The tools, `tool_choice` and `parallel_tool_calls` into the chat body;
+/// returned as given (for the echo).
+fn tools(b: &Obj, chat: &mut Map<String, Value>) -> R<(Vec<Value>, Value, Option<bool>)> {
     let tools = match b.arr("tools")? {
         None => Vec::new(),
         Some(list) => list.clone(),
@@ -134,6 +207,12 @@ pub fn to_chat(body: &Value, previous: Option<&Stored>) -> Result<RTranslated, D
     if let Some(p) = parallel {
         chat.insert("parallel_tool_calls".into(), p.into());
     }
+    Ok((tools, tool_choice, parallel))
+}
+
+/// `text` (the output format) and `reasoning` into the chat body; their
+/// echoes.
+fn output_format(b: &Obj, chat: &mut Map<String, Value>) -> R<(Value, Value)> {
     let text = match b.obj("text")? {
         None => json!({"format": {"type": "text"}}),
         Some(t) => {
@@ -146,59 +225,25 @@ pub fn to_chat(body: &Value, previous: Option<&Stored>) -> Result<RTranslated, D
     let reasoning = match b.obj("reasoning")? {
         None => json!({"effort": null, "summary": null}),
         Some(r) => {
-            reasoning_effort(&r, &mut chat)?;
+            reasoning_effort(&r, chat)?;
             let mut echo = r.map.clone();
             echo.entry("effort").or_insert(Value::Null);
             echo.entry("summary").or_insert(Value::Null);
             Value::Object(echo)
         }
     };
-    let metadata = metadata(&b)?;
-    let user = b.str("user")?;
-    if let Some(u) = user {
-        chat.insert("user".into(), u.into());
+    Ok((text, reasoning))
+}
+
+fn truncation(b: &Obj) -> R<&'static str> {
+    match b.str("truncation")? {
+        None | Some("disabled") => Ok("disabled"),
+        Some("auto") => Ok("auto"),
+        Some(other) => Err(DialectError::invalid(
+            "truncation",
+            format!("`truncation` must be `disabled` or `auto`, got `{other}`"),
+        )),
     }
-    let truncation = match b.str("truncation")? {
-        None => "disabled",
-        Some(t @ ("disabled" | "auto")) => t,
-        Some(other) => {
-            return Err(DialectError::invalid(
-                "truncation",
-                format!("`truncation` must be `disabled` or `auto`, got `{other}`"),
-            ))
-        }
-    };
-    if let Some(list) = b.arr("include")? {
-        for (i, v) in list.iter().enumerate() {
-            if !v.is_string() {
-                return Err(wrong_type(&idx("include", i), "a string", v));
-            }
-        }
-    }
-    let echo = Echo {
-        instructions: instructions.map_or(Value::Null, Value::from),
-        tools: Value::Array(tools),
-        tool_choice,
-        text,
-        temperature: temperature.unwrap_or(Value::Null),
-        top_p: top_p.unwrap_or(Value::Null),
-        max_output_tokens: max_output_tokens.map_or(Value::Null, Value::from),
-        metadata,
-        reasoning,
-        parallel_tool_calls: parallel.unwrap_or(true).into(),
-        store,
-        truncation: truncation.into(),
-        user: user.map_or(Value::Null, Value::from),
-    };
-    Ok(RTranslated {
-        chat: Value::Object(chat),
-        stream,
-        store,
-        model,
-        previous_response_id,
-        input_items,
-        echo,
-    })
 }
 
 /// A function tool as a chat tool; other tool types are refused.
