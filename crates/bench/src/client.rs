@@ -209,10 +209,6 @@ async fn one_request(
     id: &str,
     t0: Instant,
 ) -> (Record, String) {
-    let path = match t.endpoint {
-        Endpoint::Chat => "/v1/chat/completions",
-        Endpoint::Completions => "/v1/completions",
-    };
     let mut rec = Record {
         send_ms: ms(t0),
         slow_reader: turn.slow_bytes_per_s.is_some(),
@@ -221,48 +217,11 @@ async fn one_request(
         cancel_at: turn.cancel.map(|c| c.0),
         ..Default::default()
     };
-    let mut req = client
-        .post(format!("{}{path}", t.base))
-        .header("x-request-id", id);
-    if let Some(k) = &t.api_key {
-        req = req.bearer_auth(k);
-    }
-    let valid = body(t, messages, turn);
-    req = match turn.kind.bad {
-        Some(kind) => {
-            let b = mix::bad_request(kind, &valid);
-            rec.expect_status = Some(b.expect_status);
-            req.header("content-type", b.content_type).body(b.body)
-        }
-        None => req.json(&valid),
-    };
-    let hang_up_after = turn
-        .cancel
-        .filter(|c| matches!(c.0, CancelAt::Prefill | CancelAt::Queued))
-        .map(|c| Duration::from_millis(c.1));
-    let cancel_after_chunks = turn.cancel.filter(|c| c.0 == CancelAt::Decode).map(|c| c.2);
+    let req = build(client, t, messages, turn, id, &mut rec);
     let sent = Instant::now();
-    let send = req.send();
-    let sent_result = match turn.cancel {
-        Some((CancelAt::Queued, after, _)) => {
-            match tokio::time::timeout(Duration::from_millis(after), send).await {
-                Ok(r) => r,
-                Err(_) => {
-                    rec.cancelled_by_us = true;
-                    rec.end_ms = ms(t0);
-                    return (rec, String::new());
-                }
-            }
-        }
-        _ => send.await,
-    };
-    let resp = match sent_result {
-        Ok(r) => r,
-        Err(e) => {
-            rec.error = Some(format!("send: {}", chain(&e)));
-            rec.end_ms = ms(t0);
-            return (rec, String::new());
-        }
+    let Some(resp) = send(req, turn, &mut rec).await else {
+        rec.end_ms = ms(t0);
+        return (rec, String::new());
     };
     rec.status = resp.status().as_u16();
     if rec.status != 200 {
@@ -274,10 +233,88 @@ async fn one_request(
         let reply = whole(&mut rec, resp, turn, t0).await;
         return (rec, reply);
     }
-    let mut resp = resp;
+    let (texts, finishes) = read_stream(&mut rec, resp, turn, sent, t0).await;
+    rec.end_ms = ms(t0);
+    check_choices(&mut rec, turn, &texts, &finishes);
+    (rec, texts.into_iter().next().unwrap_or_default())
+}
+
+/// The request: its route, id, key and body (a valid one, or the bad
+/// request the turn asks for, whose expected status goes in the record).
+fn build(
+    client: &reqwest::Client,
+    t: &Target,
+    messages: &[Value],
+    turn: &TurnPlan,
+    id: &str,
+    rec: &mut Record,
+) -> reqwest::RequestBuilder {
+    let path = match t.endpoint {
+        Endpoint::Chat => "/v1/chat/completions",
+        Endpoint::Completions => "/v1/completions",
+    };
+    let mut req = client
+        .post(format!("{}{path}", t.base))
+        .header("x-request-id", id);
+    if let Some(k) = &t.api_key {
+        req = req.bearer_auth(k);
+    }
+    let valid = body(t, messages, turn);
+    match turn.kind.bad {
+        Some(kind) => {
+            let b = mix::bad_request(kind, &valid);
+            rec.expect_status = Some(b.expect_status);
+            req.header("content-type", b.content_type).body(b.body)
+        }
+        None => req.json(&valid),
+    }
+}
+
+/// Send it; None when there is no response to read (hung up while
+/// queued, or the send failed: the record says which).
+async fn send(
+    req: reqwest::RequestBuilder,
+    turn: &TurnPlan,
+    rec: &mut Record,
+) -> Option<reqwest::Response> {
+    let send = req.send();
+    let sent_result = match turn.cancel {
+        Some((CancelAt::Queued, after, _)) => {
+            match tokio::time::timeout(Duration::from_millis(after), send).await {
+                Ok(r) => r,
+                Err(_) => {
+                    rec.cancelled_by_us = true;
+                    return None;
+                }
+            }
+        }
+        _ => send.await,
+    };
+    match sent_result {
+        Ok(r) => Some(r),
+        Err(e) => {
+            rec.error = Some(format!("send: {}", chain(&e)));
+            None
+        }
+    }
+}
+
+/// Read an SSE stream to its end (or to the turn's hang-up): each choice's
+/// text and finish reason.
+async fn read_stream(
+    rec: &mut Record,
+    mut resp: reqwest::Response,
+    turn: &TurnPlan,
+    sent: Instant,
+    t0: Instant,
+) -> (Vec<String>, Vec<Option<String>>) {
+    let hang_up_after = turn
+        .cancel
+        .filter(|c| matches!(c.0, CancelAt::Prefill | CancelAt::Queued))
+        .map(|c| Duration::from_millis(c.1));
+    let cancel_after_chunks = turn.cancel.filter(|c| c.0 == CancelAt::Decode).map(|c| c.2);
     let mut buf = String::new();
-    let mut texts: Vec<String> = Vec::new();
-    let mut finishes: Vec<Option<String>> = Vec::new();
+    let mut out = (Vec::new(), Vec::new());
     loop {
         let next = match hang_up_after {
             Some(d) if rec.first_text_ms.is_none() => {
@@ -307,59 +344,8 @@ async fn one_request(
         while let Some(pos) = buf.find("\n\n") {
             let event: String = buf.drain(..pos + 2).collect();
             for line in event.lines() {
-                let Some(data) = line.strip_prefix("data:") else {
-                    continue;
-                };
-                let data = data.trim();
-                if data == "[DONE]" {
-                    rec.saw_done = true;
-                    continue;
-                }
-                let Ok(v) = serde_json::from_str::<Value>(data) else {
-                    rec.bad_events += 1;
-                    continue;
-                };
-                if let Some(e) = v.get("error") {
-                    rec.error = Some(e.to_string());
-                    match mix::error_code(data) {
-                        Ok(code) => {
-                            rec.stream_error = Some(code.unwrap_or_else(|| "(no code)".into()))
-                        }
-                        Err(why) => {
-                            rec.stream_error = Some("(malformed)".into());
-                            rec.error_shape = Some(why);
-                        }
-                    }
-                }
-                if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
-                    rec.prompt_tokens = u["prompt_tokens"].as_u64().map(|x| x as u32);
-                    rec.completion_tokens = u["completion_tokens"].as_u64().map(|x| x as u32);
-                }
-                for choice in v["choices"].as_array().into_iter().flatten() {
-                    let i = choice["index"].as_u64().unwrap_or(0) as usize;
-                    if i >= 64 {
-                        rec.bad_events += 1;
-                        continue;
-                    }
-                    if texts.len() <= i {
-                        texts.resize(i + 1, String::new());
-                        finishes.resize(i + 1, None);
-                    }
-                    if let Some(f) = choice["finish_reason"].as_str() {
-                        rec.finish_reason = Some(f.to_string());
-                        finishes[i] = Some(f.to_string());
-                    }
-                    let text = choice["delta"]["content"]
-                        .as_str()
-                        .or_else(|| choice["text"].as_str())
-                        .unwrap_or("");
-                    if !text.is_empty() {
-                        let now = ms(t0);
-                        rec.first_text_ms.get_or_insert(now);
-                        rec.chunk_ms.push(now);
-                        rec.text_bytes += text.len();
-                        texts[i].push_str(text);
-                    }
+                if let Some(data) = line.strip_prefix("data:") {
+                    sse_data(rec, data.trim(), &mut out, t0);
                 }
             }
         }
@@ -371,10 +357,64 @@ async fn one_request(
             tokio::time::sleep(Duration::from_secs_f64(bytes.len() as f64 / rate)).await;
         }
     }
-    drop(resp);
-    rec.end_ms = ms(t0);
-    check_choices(&mut rec, turn, &texts, &finishes);
-    (rec, texts.into_iter().next().unwrap_or_default())
+    out
+}
+
+/// One SSE `data:` payload into the record and the choices' texts.
+fn sse_data(
+    rec: &mut Record,
+    data: &str,
+    (texts, finishes): &mut (Vec<String>, Vec<Option<String>>),
+    t0: Instant,
+) {
+    if data == "[DONE]" {
+        rec.saw_done = true;
+        return;
+    }
+    let Ok(v) = serde_json::from_str::<Value>(data) else {
+        rec.bad_events += 1;
+        return;
+    };
+    if let Some(e) = v.get("error") {
+        rec.error = Some(e.to_string());
+        match mix::error_code(data) {
+            Ok(code) => rec.stream_error = Some(code.unwrap_or_else(|| "(no code)".into())),
+            Err(why) => {
+                rec.stream_error = Some("(malformed)".into());
+                rec.error_shape = Some(why);
+            }
+        }
+    }
+    if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
+        rec.prompt_tokens = u["prompt_tokens"].as_u64().map(|x| x as u32);
+        rec.completion_tokens = u["completion_tokens"].as_u64().map(|x| x as u32);
+    }
+    for choice in v["choices"].as_array().into_iter().flatten() {
+        let i = choice["index"].as_u64().unwrap_or(0) as usize;
+        if i >= 64 {
+            rec.bad_events += 1;
+            continue;
+        }
+        if texts.len() <= i {
+            texts.resize(i + 1, String::new());
+            finishes.resize(i + 1, None);
+        }
+        if let Some(f) = choice["finish_reason"].as_str() {
+            rec.finish_reason = Some(f.to_string());
+            finishes[i] = Some(f.to_string());
+        }
+        let text = choice["delta"]["content"]
+            .as_str()
+            .or_else(|| choice["text"].as_str())
+            .unwrap_or("");
+        if !text.is_empty() {
+            let now = ms(t0);
+            rec.first_text_ms.get_or_insert(now);
+            rec.chunk_ms.push(now);
+            rec.text_bytes += text.len();
+            texts[i].push_str(text);
+        }
+    }
 }
 
 /// Per-choice checks: how many choices finished, and how many grammar

@@ -17,28 +17,36 @@ fn refused_for_load(records: &[Record]) -> bool {
         .is_some_and(|r| r.status == 429 || r.status == 503)
 }
 
+/// A progress line on stderr, redrawn twice a second until aborted.
+fn progress_bar(
+    done: Arc<AtomicUsize>,
+    total_requests: usize,
+    t0: Instant,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            let d = done.load(Ordering::Relaxed);
+            let filled = d * 30 / total_requests.max(1);
+            eprint!(
+                "\r[{}{}] {d}/{total_requests} conversations {:.0}s",
+                "#".repeat(filled),
+                ".".repeat(30 - filled.min(30)),
+                t0.elapsed().as_secs_f64()
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    })
+}
+
 /// Replay the workload's plan; returns every record.
 pub async fn replay(client: &reqwest::Client, target: Arc<Target>, w: &Workload) -> Vec<Record> {
     let plan = Arc::new(w.plan());
     let t0 = Instant::now();
     let total_requests: usize = plan.iter().map(|c| c.turns.len()).sum();
     let done = Arc::new(AtomicUsize::new(0));
-    let progress = std::io::stderr().is_terminal().then(|| {
-        let done = done.clone();
-        tokio::spawn(async move {
-            loop {
-                let d = done.load(Ordering::Relaxed);
-                let filled = d * 30 / total_requests.max(1);
-                eprint!(
-                    "\r[{}{}] {d}/{total_requests} conversations {:.0}s",
-                    "#".repeat(filled),
-                    ".".repeat(30 - filled.min(30)),
-                    t0.elapsed().as_secs_f64()
-                );
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-        })
-    });
+    let progress = std::io::stderr()
+        .is_terminal()
+        .then(|| progress_bar(done.clone(), total_requests, t0));
     let mut tasks = Vec::new();
     // Injections at fixed times.
     for conv in plan.iter().filter(|c| c.at_ms.is_some()) {
