@@ -62,7 +62,13 @@ impl<B: Backend> Owner<B> {
             v
         };
         let run = names(&mut self.seqs.iter().map(|s| s.adapters.as_slice()));
-        let wait = names(&mut self.waiting.iter().map(|w| w.sub.req.adapters.as_slice()));
+        let wait = names(
+            &mut self
+                .queue
+                .waiting
+                .iter()
+                .map(|w| w.sub.req.adapters.as_slice()),
+        );
         Some((run, wait))
     }
 

@@ -32,8 +32,8 @@ impl<B: Backend> Owner<B> {
         } else {
             usize::MAX
         };
-        self.pinned.clear();
-        while !self.waiting.is_empty() && budget > 0 {
+        self.kv.pinned.clear();
+        while !self.queue.waiting.is_empty() && budget > 0 {
             budget -= 1;
             if !self.admit_head() {
                 break;
@@ -56,7 +56,7 @@ impl<B: Backend> Owner<B> {
     /// Admit the head of the queue; false when it must wait (and the rest
     /// of the queue behind it).
     fn admit_head(&mut self) -> bool {
-        let Some(w) = self.waiting.front() else {
+        let Some(w) = self.queue.waiting.front() else {
             return false;
         };
         let r = &w.sub.req;
@@ -64,46 +64,46 @@ impl<B: Backend> Owner<B> {
         let set = canonical(&r.adapters);
         let pkey = key_for(self.prefix_key, &set);
         let need = admission::cells_needed(self.state_model, r.prompt.len(), r.max_tokens);
-        if self.free_slots.is_empty() && self.cache.len() == 0 {
+        if self.kv.free_slots.is_empty() && self.kv.cache.len() == 0 {
             return false;
         }
         // Prompt scoring needs logits for every prompt token: no reuse.
-        let eligible = self.cache.enabled && !r.prompt_logprobs;
+        let eligible = self.kv.cache.enabled && !r.prompt_logprobs;
         // A long prefix that an admitted sequence is still computing:
         // wait for it and copy it, rather than compute it twice.
         if eligible && self.sharing_pending(&r.prompt, &set) {
             return false;
         }
         let offer = self.offer(pkey, &r.prompt, eligible);
-        let (share, min) = (self.cache.share, self.host.min_tokens);
+        let (share, min) = (self.kv.cache.share, self.kv.host.min_tokens);
         let mut d = decide(need, offer, eligible, share, min, self.state_model);
         // A takeover's entry leaves the cache; it and a copy source must
         // survive the evictions below.
         let taken = match d.reuse {
             Some(Reuse::Takeover { slot, .. }) => {
-                self.pinned.push(slot);
-                self.cache.take(slot)
+                self.kv.pinned.push(slot);
+                self.kv.cache.take(slot)
             }
             Some(Reuse::Copy { src_slot, .. }) => {
-                self.pinned.push(src_slot);
+                self.kv.pinned.push(src_slot);
                 None
             }
             None => None,
         };
         let Some(mut permit) = self.reserve(&mut d) else {
             if let Some(e) = taken {
-                self.cache.insert(e);
+                self.kv.cache.insert(e);
             }
             return false;
         };
-        let Some(w) = self.waiting.pop_front() else {
+        let Some(w) = self.queue.waiting.pop_front() else {
             return false;
         };
         let Some((slot, reused)) = self.place(&d, taken, &mut permit, pkey, &w.sub.req.prompt)
         else {
             // No slot after all (the only entries are pinned): the request
             // waits at the head of the queue.
-            self.waiting.push_front(w);
+            self.queue.waiting.push_front(w);
             return false;
         };
         self.start(w, slot, reused, permit, eligible);
@@ -114,9 +114,9 @@ impl<B: Backend> Owner<B> {
     fn offer(&self, pkey: PrefixKey, prompt: &[TokenId], eligible: bool) -> Offer {
         let slots = if eligible {
             let runs = self.stream_runs();
-            let free = !self.free_slots.is_empty();
-            let (memory, cells) = (&self.memory, &self.cells);
-            self.cache.lookup(
+            let free = !self.kv.free_slots.is_empty();
+            let (memory, cells) = (&self.kv.memory, &self.kv.cells);
+            self.kv.cache.lookup(
                 pkey,
                 prompt,
                 cells,
@@ -128,9 +128,10 @@ impl<B: Backend> Owner<B> {
             None
         };
         let host_len = self
+            .kv
             .host
             .best(pkey, prompt, |e, m| {
-                self.memory.saved_reach(e.lo, e.tokens.len(), m)
+                self.kv.memory.saved_reach(e.lo, e.tokens.len(), m)
             })
             .map_or(0, |(_, len)| len);
         Offer { slots, host_len }
@@ -177,7 +178,7 @@ impl<B: Backend> Owner<B> {
                 // The takeover destroys the entry after the shared prefix:
                 // a long tail goes to the host tier first.
                 let slot = e.slot;
-                if self.cells.len(slot) >= len + self.host.min_tokens {
+                if self.kv.cells.len(slot) >= len + self.kv.host.min_tokens {
                     self.spill(e);
                 }
                 let reused = self.rewind(slot, len);
@@ -209,18 +210,19 @@ impl<B: Backend> Owner<B> {
         prompt: &[TokenId],
     ) -> Option<(usize, usize)> {
         let saved = if d.restore {
-            self.host
+            self.kv
+                .host
                 .best(pkey, prompt, |e, m| {
-                    self.memory.saved_reach(e.lo, e.tokens.len(), m)
+                    self.kv.memory.saved_reach(e.lo, e.tokens.len(), m)
                 })
-                .filter(|&(_, len)| len > d.offered_len + self.host.min_tokens)
-                .and_then(|(i, len)| Some((self.host.take(i)?, len)))
+                .filter(|&(_, len)| len > d.offered_len + self.kv.host.min_tokens)
+                .and_then(|(i, len)| Some((self.kv.host.take(i)?, len)))
         } else {
             None
         };
         let Some(slot) = self.take_slot() else {
             if let Some((e, _)) = saved {
-                self.host.insert(e);
+                self.kv.host.insert(e);
             }
             return None;
         };
@@ -259,7 +261,7 @@ impl<B: Backend> Owner<B> {
         };
         let (spec_mode, spec_max) = self.spec_for(w.sub.req.speculative);
         let mut seq = Sequence::new(self.next_key, slot, w.sub, limits, permit, reused);
-        seq.speculate(spec_mode, spec_max, &self.spec_priors);
+        seq.speculate(spec_mode, spec_max, &self.spec.priors);
         // Device sampling where the request's sampler is plain greedy;
         // the slot keeps its path until a request needs the other one.
         let want = self.config.device_sampling && seq.device_eligible();

@@ -25,9 +25,9 @@ impl<B: Backend> Owner<B> {
         let ok = match mode {
             SpecMode::Off => false,
             SpecMode::Ngram => true,
-            SpecMode::Draft => self.drafter.is_some(),
+            SpecMode::Draft => self.spec.drafter.is_some(),
         };
-        if ok && self.memory.kind == MemoryKind::Attention {
+        if ok && self.kv.memory.kind == MemoryKind::Attention {
             (mode, max)
         } else {
             (SpecMode::Off, 0)
@@ -82,7 +82,7 @@ impl<B: Backend> Owner<B> {
         // riding in it is work of its own, not time the drafts may spend).
         let room = self.n_batch.saturating_sub(plan.n_tokens());
         let dec = plan.decode.len();
-        let fit = self.config.spec_cost_line.or_else(|| self.spec_fit.line());
+        let fit = self.config.spec_cost_line.or_else(|| self.spec.fit.line());
         let mut take = speculate::allot(&cands, dec, dec, room, fit);
         speculate::explore(&mut take, &cands, &unseen, room, (dec, dec, fit));
         let mut by_model = Vec::new();
@@ -100,7 +100,7 @@ impl<B: Backend> Owner<B> {
 
     /// Drafts from the draft model (`--draft-model`) for `(seq, k)`.
     fn model_drafts(&mut self, want: &[(usize, usize)]) {
-        let Some(d) = self.drafter.as_mut() else {
+        let Some(d) = self.spec.drafter.as_mut() else {
             return;
         };
         let jobs: Vec<crate::owner::spec::drafter::Job<'_>> = want
@@ -138,18 +138,19 @@ impl<B: Backend> Owner<B> {
                 accepted += got;
                 cuts.push((s.slot, keep));
                 if let Some(st) = s.spec.as_ref() {
-                    self.spec_priors.observe(st.class, k as usize, got as usize);
+                    self.spec.priors.observe(st.class, k as usize, got as usize);
                 }
             }
         }
         let n = cuts.len() as u64;
         for (slot, keep) in cuts {
             self.kv_truncate(slot, keep);
-            if let Some(d) = self.drafter.as_mut() {
+            if let Some(d) = self.spec.drafter.as_mut() {
                 d.truncate(slot, keep);
             }
         }
         let model = self
+            .spec
             .drafter
             .as_ref()
             .map(|d| (d.cells() as u64, d.steps, d.ms));

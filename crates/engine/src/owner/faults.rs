@@ -61,11 +61,11 @@ impl<B: Backend> Owner<B> {
             // overwritten window cells the retry needs; a recurrent state
             // cannot be cut back at all.
             let cut = self.rt.truncate_slot(slot, keep);
-            self.cells.truncate(slot, keep as usize);
-            self.memory.truncate(slot, keep as usize);
+            self.kv.cells.truncate(slot, keep as usize);
+            self.kv.memory.truncate(slot, keep as usize);
             self.sync_lo(slot);
             let keep = keep as usize;
-            if !cut || self.memory.direct(slot, keep, keep) < keep {
+            if !cut || self.kv.memory.direct(slot, keep, keep) < keep {
                 lost.push(key);
             }
         }

@@ -18,22 +18,23 @@ impl<B: Backend> Owner<B> {
     pub(super) fn intake(&mut self) -> bool {
         let mut may_block = true;
         loop {
-            if self.inbox_closed {
-                return !(self.idle() && self.draining.is_empty());
+            if self.queue.closed {
+                return !(self.idle() && self.queue.draining.is_empty());
             }
             // Block only at the start of an iteration with nothing to do; a
             // command that leaves the owner idle (a cancel) ends the intake.
-            let block = std::mem::take(&mut may_block) && self.idle() && self.draining.is_empty();
+            let block =
+                std::mem::take(&mut may_block) && self.idle() && self.queue.draining.is_empty();
             let cmd = if block {
-                match self.inbox.blocking_recv() {
+                match self.queue.inbox.blocking_recv() {
                     Some(c) => c,
                     None => {
-                        self.inbox_closed = true;
+                        self.queue.closed = true;
                         continue;
                     }
                 }
             } else {
-                match self.inbox.try_recv() {
+                match self.queue.inbox.try_recv() {
                     Ok(c) => c,
                     Err(mpsc::error::TryRecvError::Empty) => {
                         if self.seqs.is_empty() {
@@ -43,27 +44,27 @@ impl<B: Backend> Owner<B> {
                         return true;
                     }
                     Err(mpsc::error::TryRecvError::Disconnected) => {
-                        self.inbox_closed = true;
+                        self.queue.closed = true;
                         continue;
                     }
                 }
             };
             match cmd {
-                Command::Submit(sub) => self.waiting.push_back(Waiting {
+                Command::Submit(sub) => self.queue.waiting.push_back(Waiting {
                     sub: *sub,
                     enqueued: Instant::now(),
                 }),
                 Command::Cancel(id) => self.cancel_by_id(&id),
                 Command::CancelAll => self.cancel_all(),
-                Command::Stop => self.inbox_closed = true,
+                Command::Stop => self.queue.closed = true,
                 Command::LoadAdapter(spec, reply) => {
                     let _ = reply.send(self.load_adapter(&spec));
                 }
                 Command::CellMap(reply) => {
-                    let _ = reply.send(self.cells.dump());
+                    let _ = reply.send(self.kv.cells.dump());
                 }
                 Command::Embed(sub) => {
-                    self.queued.fetch_sub(1, Ordering::AcqRel);
+                    self.queue.queued.fetch_sub(1, Ordering::AcqRel);
                     let _ = sub.reply.send(Err(GenerationError::Runtime(
                         "this model generates text; it serves no embeddings".into(),
                     )));
@@ -73,6 +74,6 @@ impl<B: Backend> Owner<B> {
     }
 
     pub(super) fn dequeue(&self) {
-        self.queued.fetch_sub(1, Ordering::AcqRel);
+        self.queue.queued.fetch_sub(1, Ordering::AcqRel);
     }
 }

@@ -48,7 +48,7 @@ impl KvOut {
 
 impl<B: Backend> Owner<B> {
     pub(super) fn emit_kv_events(&mut self) {
-        let Some(kv) = self.kv.as_mut() else {
+        let Some(kv) = self.kv.out.as_mut() else {
             return;
         };
         if kv.resync {
@@ -56,7 +56,7 @@ impl<B: Backend> Owner<B> {
                 return;
             }
             kv.resync = false;
-            let snap = self.cells.block_snapshot();
+            let snap = self.kv.cells.block_snapshot();
             tracing::warn!(
                 events = snap.len(),
                 "KV events: a batch was dropped (slow publisher); sent a full snapshot"
@@ -64,7 +64,7 @@ impl<B: Backend> Owner<B> {
             kv.send(snap);
             return;
         }
-        let events = self.cells.take_block_events();
+        let events = self.kv.cells.take_block_events();
         if !events.is_empty() {
             kv.send(events);
         }
@@ -72,7 +72,7 @@ impl<B: Backend> Owner<B> {
 
     /// Stopping (unload, shutdown): the model's blocks are gone.
     pub(super) fn kv_stopped(&mut self) {
-        if let Some(kv) = self.kv.as_mut() {
+        if let Some(kv) = self.kv.out.as_mut() {
             kv.send(vec![KvEvent::Cleared]);
         }
     }

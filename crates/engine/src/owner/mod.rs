@@ -35,9 +35,9 @@ mod sequence;
 mod slots;
 pub mod spec;
 mod start;
+mod state;
 mod step;
 
-use std::collections::VecDeque;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::Instant;
@@ -51,12 +51,10 @@ use crate::runtime::backend::Backend;
 use crate::runtime::{LoadedModel, MemoryKind, Vocab};
 pub(crate) use inbox::{Command, Submission};
 use kv::key::PrefixKey;
-use kv::prefix::PrefixCache;
-use kv::{cells, memstate, spill};
 use plan::cost::StepCostModel;
 use plan::scheduler::{self, StepLimits};
 use sequence::Sequence;
-use spec::{drafter, speculate};
+use spec::drafter;
 pub(crate) use start::{runtime_params, spawn};
 
 pub(crate) struct OwnerArgs {
@@ -87,66 +85,31 @@ pub(crate) struct Owner<B: Backend> {
     rt: B,
     vocab: Arc<Vocab>,
     config: EngineConfig,
+    /// The step's limits and cost model, the adapter sets' turns, the
+    /// sequences of a failed step to run alone (`faults.rs`).
     limits: StepLimits,
     cost: StepCostModel,
-    state_model: StateModel,
-    ledger: Ledger,
-    ctx_limit: u32,
-    /// Slots holding nothing (unordered: `take_slot` chooses).
-    free_slots: Vec<usize>,
-    waiting: VecDeque<Waiting>,
-    /// Admitted sequences, oldest first.
-    seqs: Vec<Sequence>,
-    draining: Vec<retire::Draining>,
-    inbox: mpsc::Receiver<Command>,
-    stats: watch::Sender<EngineStats>,
-    /// Requests submitted and not yet admitted or dropped (shared with the
-    /// handle, which refuses submissions past `max_waiting`).
-    queued: Arc<AtomicUsize>,
-    next_key: u64,
-    inbox_closed: bool,
-    /// Last cancellation latencies per state (bounded), for quantiles.
-    cancel_samples: [VecDeque<f64>; 3],
-    pressure: bool,
-    pressure_checked: Instant,
-    /// Duration and tokens of this iteration's step, for the one publish.
-    last_step: Option<(f64, usize)>,
-    /// When the last step's outputs were handled, if the loop has gone
-    /// straight on since (taken by the next step: the device's idle gap).
-    last_done: Option<Instant>,
-    cache: PrefixCache,
-    /// The prefix cache's host-memory tier (evicted entries' saved state).
-    host: spill::HostTier,
-    /// The runtime's state size when no cell is in use, and when it was
-    /// last sampled (`EngineStats::kv_bytes_physical`).
-    state_base: Option<usize>,
-    state_sampled: Option<Instant>,
-    prefix_key: PrefixKey,
-    /// Slots this admission pass must not evict: copy sources (the copy
-    /// runs at the start of this iteration's step) and taken-over entries.
-    pinned: Vec<usize>,
-    /// What every slot's KV cells hold, shared cells once (`owner/kv/cells.rs`):
-    /// the ledger's `held` and the evictions' order come from it.
-    cells: cells::CellTrie,
-    /// KV events out (`--kv-events`; `owner/kvpublish.rs`).
-    kv: Option<kvpublish::KvOut>,
-    /// What slots hold beyond their cells' tokens, per layer kind (the
-    /// sliding window's lowest position, checkpoints): `owner/kv/memstate.rs`.
-    memory: memstate::SlotMemory,
+    turns: plan::adapter_sets::Turns,
+    suspects: Vec<u64>,
     /// Rows one step may carry (the runtime's `n_batch`).
     n_batch: usize,
-    /// Sequences of a failed step, to run alone until the cause is found
-    /// (`faults.rs`).
-    suspects: Vec<u64>,
-    /// Loaded LoRA adapters (published) and whose turn a step is.
+    ctx_limit: u32,
+    /// Admission: the KV ledger, its state model, host memory pressure.
+    state_model: StateModel,
+    ledger: Ledger,
+    pressure: bool,
+    pressure_checked: Instant,
+    queue: state::Queue,
+    /// Admitted sequences, oldest first.
+    seqs: Vec<Sequence>,
+    next_key: u64,
+    kv: state::KvState,
+    prefix_key: PrefixKey,
+    spec: state::SpecState<B>,
+    clock: state::Clock,
+    stats: watch::Sender<EngineStats>,
+    /// Loaded LoRA adapters (published).
     adapters: Arc<std::sync::RwLock<Vec<crate::config::AdapterInfo>>>,
-    turns: plan::adapter_sets::Turns,
-    /// Step time against the step's tokens, for pricing draft rows.
-    spec_fit: speculate::StepFit,
-    /// Acceptance new requests start from, per class (learned).
-    spec_priors: speculate::Priors,
-    /// The draft model's runtime (`--draft-model`).
-    drafter: Option<drafter::Drafter<B>>,
 }
 
 impl<B: Backend> Owner<B> {
@@ -164,26 +127,7 @@ impl<B: Backend> Owner<B> {
             MemoryKind::Recurrent { hybrid: false } => StateModel::PerSequence,
             _ => StateModel::PerToken,
         };
-        let mut cache = PrefixCache::new(c.prefix_cache, c.prefix_copy_min, c.kv_unified);
-        cache.exact = kind == MemoryKind::Attention;
-        // No copies of a recurrent state (a copy cannot be cut short), nor
-        // of window cells in a unified pool: llama.cpp never overwrites a
-        // cell two sequences hold, so shared cells behind both windows
-        // would fill its window pool (`n_swa * slots + ubatch` cells) until
-        // a step finds no room.
-        cache.copies = match kind {
-            MemoryKind::Recurrent { .. } => false,
-            MemoryKind::Window { .. } => !c.kv_unified,
-            MemoryKind::Attention => true,
-        };
-        let state_base = rt.state_bytes();
-        // KV events: blocks are only meaningful where cells are reusable at
-        // any length (full attention).
-        let kv = c
-            .kv_events
-            .clone()
-            .filter(|_| kind == MemoryKind::Attention)
-            .map(|s| kvpublish::KvOut::new(s, c.n_gpu_layers > 0));
+        let kv = state::KvState::new(&c, kind, rt.state_bytes());
         Owner {
             rt,
             vocab,
@@ -195,56 +139,26 @@ impl<B: Backend> Owner<B> {
                 min_chunk: scheduler::EFFICIENT_CHUNK,
             },
             cost: StepCostModel::default(),
+            turns: plan::adapter_sets::Turns::default(),
+            suspects: Vec::new(),
+            n_batch: runtime_params(&c).n_batch as usize,
+            ctx_limit,
             state_model,
             ledger: Ledger::new(match state_model {
                 StateModel::PerToken => u64::from(c.ctx_per_seq) * c.max_seqs as u64,
                 StateModel::PerSequence => c.max_seqs as u64,
             }),
-            ctx_limit,
-            free_slots: (0..c.max_seqs).collect(),
-            waiting: VecDeque::new(),
-            seqs: Vec::new(),
-            draining: Vec::new(),
-            inbox: args.inbox,
-            stats: args.stats,
-            queued: args.queued,
-            next_key: 0,
-            inbox_closed: false,
-            cancel_samples: Default::default(),
             pressure: false,
             pressure_checked: Instant::now(),
-            last_step: None,
-            last_done: None,
-            state_base,
-            state_sampled: None,
-            // (Its entries restart only where their saved state reaches.)
-            host: spill::HostTier::new(
-                if c.prefix_cache {
-                    c.prefix_host_bytes
-                } else {
-                    0
-                },
-                c.prefix_host_min,
-            ),
-            cache,
-            memory: memstate::SlotMemory::new(kind, c.max_seqs, c.checkpoint_bytes),
-            prefix_key: args.prefix_key,
-            pinned: Vec::new(),
-            cells: {
-                let mut t = cells::CellTrie::new(c.kv_unified);
-                if kv.is_some() {
-                    t.track_blocks();
-                }
-                t
-            },
+            queue: state::Queue::new(args.inbox, args.queued),
+            seqs: Vec::new(),
+            next_key: 0,
             kv,
-            n_batch: runtime_params(&c).n_batch as usize,
-            suspects: Vec::new(),
+            prefix_key: args.prefix_key,
+            spec: state::SpecState::default(),
+            clock: state::Clock::default(),
+            stats: args.stats,
             adapters: args.adapters,
-            turns: plan::adapter_sets::Turns::default(),
-            spec_fit: speculate::StepFit::default(),
-            spec_priors: speculate::Priors::default(),
-            drafter: None,
             config: c,
         }
     }
@@ -253,7 +167,7 @@ impl<B: Backend> Owner<B> {
     /// slots and context size; checked by the caller).
     pub(crate) fn with_drafter(mut self, rt: B) -> Self {
         let slots = self.config.max_seqs;
-        self.drafter = Some(drafter::Drafter::new(rt, slots, self.n_batch));
+        self.spec.drafter = Some(drafter::Drafter::new(rt, slots, self.n_batch));
         self
     }
 
@@ -279,9 +193,9 @@ impl<B: Backend> Owner<B> {
         let t4 = Instant::now();
         self.step();
         let t5 = Instant::now();
-        let step = self.last_step.take();
+        let step = self.clock.last_step.take();
         if step.is_none() {
-            self.last_done = None;
+            self.clock.last_done = None;
         }
         self.publish(step);
         self.emit_kv_events();
@@ -301,7 +215,7 @@ impl<B: Backend> Owner<B> {
     }
 
     fn idle(&self) -> bool {
-        self.seqs.is_empty() && self.waiting.is_empty()
+        self.seqs.is_empty() && self.queue.waiting.is_empty()
     }
 }
 

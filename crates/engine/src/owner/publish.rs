@@ -21,27 +21,28 @@ impl<B: Backend> Owner<B> {
             self.ledger.reserved(),
             self.ledger.permits(),
         );
-        let waiting = self.queued.load(Ordering::Acquire);
+        let waiting = self.queue.queued.load(Ordering::Acquire);
         let budget = self.limits.prompt_budget;
         let paused = self
             .seqs
             .iter()
             .filter(|s| s.paused_since.is_some())
             .count();
-        let outboxes = self.seqs.len() + self.draining.len() + self.waiting.len();
-        let (cached_cells, cached_entries) = (self.ledger.cached(), self.cache.len());
-        let (host_bytes, host_entries) = (self.host.bytes(), self.host.len());
-        let (checkpoints, checkpoint_bytes) = (self.memory.count(), self.memory.bytes());
-        let physical = match (self.state_base, self.state_sampled) {
+        let outboxes = self.seqs.len() + self.queue.draining.len() + self.queue.waiting.len();
+        let (cached_cells, cached_entries) = (self.ledger.cached(), self.kv.cache.len());
+        let (host_bytes, host_entries) = (self.kv.host.bytes(), self.kv.host.len());
+        let (checkpoints, checkpoint_bytes) = (self.kv.memory.count(), self.kv.memory.bytes());
+        let physical = match (self.kv.state_base, self.kv.state_sampled) {
             // Every second while busy (it walks every cell: ~1-4 ms at 64 slots of 512), and always once idle (the loop then
             // blocks until the next command).
             (Some(base), t) if self.idle() || t.is_none_or(|t| t.elapsed().as_millis() >= 1000) => {
-                self.state_sampled = Some(Instant::now());
+                self.kv.state_sampled = Some(Instant::now());
                 self.rt.state_bytes().map(|b| b.saturating_sub(base) as u64)
             }
             _ => None,
         };
         let live: Vec<stats::LiveRequest> = self
+            .queue
             .waiting
             .iter()
             .map(|w| stats::LiveRequest {
@@ -53,7 +54,7 @@ impl<B: Backend> Owner<B> {
                 age_ms: w.sub.req.arrival.elapsed().as_secs_f64() * 1e3,
             })
             .chain(self.seqs.iter().map(Sequence::live))
-            .chain(self.draining.iter().map(|d| stats::LiveRequest {
+            .chain(self.queue.draining.iter().map(|d| stats::LiveRequest {
                 id: d.id.clone(),
                 state: "retiring",
                 ..Default::default()

@@ -15,7 +15,7 @@ impl<B: Backend> Owner<B> {
     /// Count a cancellation and its latency (from when it was noticed).
     pub(super) fn record_cancel(&mut self, id: &str, state: CancelState, noticed: Option<Instant>) {
         let ms = noticed.map_or(0.0, |t| t.elapsed().as_secs_f64() * 1e3);
-        let samples = &mut self.cancel_samples[state.index()];
+        let samples = &mut self.clock.cancel_samples[state.index()];
         if samples.len() == 4096 {
             samples.pop_front();
         }
@@ -47,7 +47,7 @@ impl<B: Backend> Owner<B> {
 
     /// End of a drain: every queued and admitted request ends with `Shutdown`.
     pub(super) fn cancel_all(&mut self) {
-        while let Some(w) = self.waiting.pop_front() {
+        while let Some(w) = self.queue.waiting.pop_front() {
             let _ = w
                 .sub
                 .outbox
@@ -62,8 +62,8 @@ impl<B: Backend> Owner<B> {
     /// Explicit cancel: idempotent; unknown or retired IDs are ignored.
     pub(super) fn cancel_by_id(&mut self, id: &str) {
         let t = Instant::now();
-        if let Some(i) = self.waiting.iter().position(|w| w.sub.req.id == id) {
-            if let Some(w) = self.waiting.remove(i) {
+        if let Some(i) = self.queue.waiting.iter().position(|w| w.sub.req.id == id) {
+            if let Some(w) = self.queue.waiting.remove(i) {
                 let _ = w
                     .sub
                     .outbox
@@ -86,8 +86,8 @@ impl<B: Backend> Owner<B> {
         let now = Instant::now();
         let timeout = self.config.queue_timeout;
         let mut i = 0;
-        while i < self.waiting.len() {
-            let w = &self.waiting[i];
+        while i < self.queue.waiting.len() {
+            let w = &self.queue.waiting[i];
             let err = if w.sub.outbox.is_closed() {
                 None
             } else if w.sub.req.deadline.is_some_and(|d| now >= d) {
@@ -103,7 +103,7 @@ impl<B: Backend> Owner<B> {
                 i += 1;
                 continue;
             };
-            let Some(w) = self.waiting.remove(i) else {
+            let Some(w) = self.queue.waiting.remove(i) else {
                 break;
             };
             self.dequeue();

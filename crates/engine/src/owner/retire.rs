@@ -60,7 +60,7 @@ impl<B: Backend> Owner<B> {
         // Finished or cancelled between steps, the slot's cells are sound:
         // the prefix cache keeps them. A failed step's cells are not.
         let sound = !matches!(outcome, Some(Outcome::Failed(_)));
-        let kept = if sound && self.cache.enabled {
+        let kept = if sound && self.kv.cache.enabled {
             // (Cleared instead where the memory cannot be cut there.)
             self.kv_truncate(seq.slot, seq.kv_len())
         } else {
@@ -68,9 +68,9 @@ impl<B: Backend> Owner<B> {
         };
         if kept == 0 {
             self.kv_clear(seq.slot);
-            self.free_slots.push(seq.slot);
+            self.kv.free_slots.push(seq.slot);
         } else {
-            self.cache.insert(prefix::Entry {
+            self.kv.cache.insert(prefix::Entry {
                 slot: seq.slot,
                 key: key_for(self.prefix_key, &seq.adapters),
                 last_used: self.next_key,
@@ -102,12 +102,12 @@ impl<B: Backend> Owner<B> {
         };
         drop(seq);
         if flush(&mut d) {
-            self.draining.push(d);
+            self.queue.draining.push(d);
         }
     }
 
     pub(super) fn flush_draining(&mut self) {
-        self.draining.retain_mut(flush);
+        self.queue.draining.retain_mut(flush);
         for seq in &mut self.seqs {
             seq.flush_text();
         }
@@ -115,14 +115,14 @@ impl<B: Backend> Owner<B> {
 
     /// The inbox closed: fail what is still queued, deliver what we can.
     pub(super) fn shutdown(&mut self) {
-        for w in self.waiting.drain(..) {
+        for w in self.queue.waiting.drain(..) {
             let _ = w
                 .sub
                 .outbox
                 .try_send(Event::Error(GenerationError::Shutdown));
-            self.queued.fetch_sub(1, Ordering::AcqRel);
+            self.queue.queued.fetch_sub(1, Ordering::AcqRel);
         }
-        for mut d in self.draining.drain(..) {
+        for mut d in self.queue.draining.drain(..) {
             while let Some(ev) = d.events.pop_front() {
                 let _ = d.outbox.try_send(ev);
             }

@@ -17,23 +17,23 @@ impl<B: Backend> Owner<B> {
     /// Keep a slot's first `len` cells. A memory that cannot be cut there
     /// (recurrent state) is cleared instead; returns the cells kept.
     pub(super) fn kv_truncate(&mut self, slot: usize, len: usize) -> usize {
-        if len >= self.cells.len(slot) {
-            return self.cells.len(slot);
+        if len >= self.kv.cells.len(slot) {
+            return self.kv.cells.len(slot);
         }
         if len == 0 || !self.rt.truncate_slot(slot, len as u32) {
             self.kv_clear(slot);
             return 0;
         }
-        self.cells.truncate(slot, len);
-        self.memory.truncate(slot, len);
+        self.kv.cells.truncate(slot, len);
+        self.kv.memory.truncate(slot, len);
         self.sync_lo(slot);
         len
     }
 
     pub(super) fn kv_clear(&mut self, slot: usize) {
         self.rt.clear_slot(slot);
-        self.cells.clear(slot);
-        self.memory.clear(slot);
+        self.kv.cells.clear(slot);
+        self.kv.memory.clear(slot);
     }
 
     /// The empty slot `dst` gets the first `len` cells of `src` (llama.cpp
@@ -41,10 +41,10 @@ impl<B: Backend> Owner<B> {
     /// Never for a memory that cannot be rewound (the cache makes no such
     /// copies).
     pub(super) fn kv_copy(&mut self, src: usize, dst: usize, len: usize) {
-        debug_assert!(self.memory.rewinds());
+        debug_assert!(self.kv.memory.rewinds());
         self.rt.copy_slot(src, dst);
         self.rt.truncate_slot(dst, len as u32);
-        self.cells.copy(src, dst, len, self.next_key);
+        self.kv.cells.copy(src, dst, len, self.next_key);
         self.sync_lo(dst);
     }
 
@@ -53,7 +53,7 @@ impl<B: Backend> Owner<B> {
     /// Every slot's window, in a shared (unified) pool: another slot's
     /// step or restore may overwrite an idle slot's old window cells.
     pub(super) fn sync_shared_lo(&mut self) {
-        if self.cache.share {
+        if self.kv.cache.share {
             for slot in 0..self.config.max_seqs {
                 self.sync_lo(slot);
             }
@@ -61,9 +61,12 @@ impl<B: Backend> Owner<B> {
     }
 
     pub(super) fn sync_lo(&mut self, slot: usize) {
-        if matches!(self.memory.kind, crate::runtime::MemoryKind::Window { .. }) {
+        if matches!(
+            self.kv.memory.kind,
+            crate::runtime::MemoryKind::Window { .. }
+        ) {
             let min = self.rt.slot_pos_min(slot);
-            self.memory.set_lo(slot, min, self.cells.len(slot));
+            self.kv.memory.set_lo(slot, min, self.kv.cells.len(slot));
         }
     }
 
@@ -72,12 +75,12 @@ impl<B: Backend> Owner<B> {
     /// at `len`. Returns the cells a request can start from (0 when the
     /// runtime refused the checkpoint: the slot is then empty).
     pub(super) fn rewind(&mut self, slot: usize, len: usize) -> usize {
-        let have = self.cells.len(slot);
-        if self.memory.direct(slot, have, len) >= len {
+        let have = self.kv.cells.len(slot);
+        if self.kv.memory.direct(slot, have, len) >= len {
             return self.kv_truncate(slot, len);
         }
         let tick = self.next_key;
-        let restored = match self.memory.checkpoint(slot, len, tick) {
+        let restored = match self.kv.memory.checkpoint(slot, len, tick) {
             Some(data) => self.rt.restore_partial(slot, data, len as u32),
             None => false,
         };
@@ -85,8 +88,8 @@ impl<B: Backend> Owner<B> {
             self.kv_clear(slot);
             return 0;
         }
-        self.cells.truncate(slot, len);
-        self.memory.truncate(slot, len);
+        self.kv.cells.truncate(slot, len);
+        self.kv.memory.truncate(slot, len);
         self.sync_lo(slot);
         self.sync_shared_lo();
         self.stats.send_modify(|s| s.checkpoint_restores += 1);
@@ -97,12 +100,12 @@ impl<B: Backend> Owner<B> {
     /// (the window's lowest position), and a checkpoint for each prompt it
     /// completed.
     pub(super) fn mirror_memory(&mut self, plan: &crate::owner::plan::scheduler::Plan) {
-        if self.memory.kind == crate::runtime::MemoryKind::Attention {
+        if self.kv.memory.kind == crate::runtime::MemoryKind::Attention {
             return;
         }
         // (slot, a checkpoint is due: one token before the prompt's end, or
         // a chunk's end an interval past the slot's last checkpoint)
-        let every = match self.memory.kind {
+        let every = match self.kv.memory.kind {
             crate::runtime::MemoryKind::Recurrent { .. } => self.config.checkpoint_interval,
             _ => 0,
         };
@@ -119,14 +122,14 @@ impl<B: Backend> Owner<B> {
         }
         for (slot, due) in touched {
             self.sync_lo(slot);
-            if due && self.cache.enabled {
+            if due && self.kv.cache.enabled {
                 self.take_checkpoint(slot);
             }
         }
         self.sync_shared_lo();
-        let cells = &self.cells;
-        let held = self.memory.window_cells(|s| cells.len(s));
-        let recurrent = match self.memory.kind {
+        let cells = &self.kv.cells;
+        let held = self.kv.memory.window_cells(|s| cells.len(s));
+        let recurrent = match self.kv.memory.kind {
             // (A pure recurrent state is the ledger's own unit.)
             crate::runtime::MemoryKind::Recurrent { hybrid: true } => (0..self.config.max_seqs)
                 .filter(|&s| cells.len(s) > 0)
@@ -147,11 +150,11 @@ impl<B: Backend> Owner<B> {
     /// model, at every multiple of `--checkpoint-interval` (a later prompt
     /// sharing only the start, e.g. a system prompt, restarts there).
     pub(super) fn stop_before_last(&mut self, plan: &mut crate::owner::plan::scheduler::Plan) {
-        if self.memory.budget == 0 || !self.cache.enabled {
+        if self.kv.memory.budget == 0 || !self.kv.cache.enabled {
             return;
         }
         let min = self.config.checkpoint_min_tokens.max(2);
-        let every = match self.memory.kind {
+        let every = match self.kv.memory.kind {
             crate::runtime::MemoryKind::Recurrent { .. } => self.config.checkpoint_interval,
             _ => 0,
         };
@@ -181,17 +184,17 @@ impl<B: Backend> Owner<B> {
     /// that cannot be rewound, for a later request that shares the prompt
     /// but not what this one generates after it.
     pub(super) fn take_checkpoint(&mut self, slot: usize) {
-        let len = self.cells.len(slot);
-        if len < self.config.checkpoint_min_tokens || !self.memory.wants(0) {
+        let len = self.kv.cells.len(slot);
+        if len < self.config.checkpoint_min_tokens || !self.kv.memory.wants(0) {
             return;
         }
         if let Some(data) = self
             .rt
             .save_partial(slot)
-            .filter(|d| self.memory.wants(d.len()))
+            .filter(|d| self.kv.memory.wants(d.len()))
         {
-            self.memory.add(slot, len, data, self.next_key);
-            let (n, b) = (self.memory.count(), self.memory.bytes());
+            self.kv.memory.add(slot, len, data, self.next_key);
+            let (n, b) = (self.kv.memory.count(), self.kv.memory.bytes());
             self.stats.send_modify(|s| {
                 s.checkpoints_taken += 1;
                 s.checkpoints = n;
@@ -205,15 +208,15 @@ impl<B: Backend> Owner<B> {
         let busy = self.busy_slots();
         if self.state_model == crate::admission::kv::StateModel::PerSequence {
             // One recurrent state per slot holding one, whatever its length.
-            let holding = (0..self.config.max_seqs).filter(|&s| self.cells.len(s) > 0);
+            let holding = (0..self.config.max_seqs).filter(|&s| self.kv.cells.len(s) > 0);
             let (held, cached) = holding.fold((0, 0), |(h, c), s| {
                 (h + 1, c + u64::from(!busy.contains(&s)))
             });
             self.ledger.set_held(held, cached);
             return;
         }
-        let cached = self.cells.idle_cells(|s| busy.contains(&s));
-        self.ledger.set_held(self.cells.cells(), cached);
+        let cached = self.kv.cells.idle_cells(|s| busy.contains(&s));
+        self.ledger.set_held(self.kv.cells.cells(), cached);
     }
 
     /// Make room: cut the least recently used leaf of the cell map that no
@@ -222,8 +225,9 @@ impl<B: Backend> Owner<B> {
     /// shared prefix before the leaf. False when nothing can go.
     pub(super) fn evict_lru(&mut self) -> bool {
         let busy = self.busy_slots();
-        let pinned = &self.pinned;
+        let pinned = &self.kv.pinned;
         let Some((cut, slots)) = self
+            .kv
             .cells
             .lru_leaf(|s| busy.contains(&s) || pinned.contains(&s))
         else {
@@ -234,11 +238,12 @@ impl<B: Backend> Owner<B> {
             // A cut that leaves nothing a request could start from (a
             // recurrent state cut short, a window behind its cells, no
             // checkpoint below) evicts the entry whole.
-            let len = self.cells.len(slot);
-            let gone = !self.memory.rewinds() || self.memory.reach(slot, len, cut, true).len == 0;
+            let len = self.kv.cells.len(slot);
+            let gone =
+                !self.kv.memory.rewinds() || self.kv.memory.reach(slot, len, cut, true).len == 0;
             if cut == 0 || gone {
                 freed |= self.evict(slot);
-            } else if self.cache.contains_slot(slot) {
+            } else if self.kv.cache.contains_slot(slot) {
                 let t = std::time::Instant::now();
                 self.kv_truncate(slot, cut);
                 let ms = t.elapsed().as_secs_f64() * 1e3;
@@ -257,29 +262,37 @@ impl<B: Backend> Owner<B> {
     /// are (tests: checked after every iteration).
     #[cfg(test)]
     pub(super) fn check_cells(&self) {
-        self.cells.check();
+        self.kv.cells.check();
         for s in &self.seqs {
-            assert_eq!(self.cells.tokens(s.slot), s.kv_tokens(), "slot {}", s.slot);
+            assert_eq!(
+                self.kv.cells.tokens(s.slot),
+                s.kv_tokens(),
+                "slot {}",
+                s.slot
+            );
         }
-        for e in self.cache.entries() {
+        for e in self.kv.cache.entries() {
             assert!(
-                self.cells.len(e.slot) > 0,
+                self.kv.cells.len(e.slot) > 0,
                 "entry {} holds no cells",
                 e.slot
             );
         }
-        for &f in &self.free_slots {
-            assert_eq!(self.cells.len(f), 0, "free slot {f}");
+        for &f in &self.kv.free_slots {
+            assert_eq!(self.kv.cells.len(f), 0, "free slot {f}");
         }
         // Every slot's window, as the runtime holds it.
-        if matches!(self.memory.kind, crate::runtime::MemoryKind::Window { .. }) {
+        if matches!(
+            self.kv.memory.kind,
+            crate::runtime::MemoryKind::Window { .. }
+        ) {
             for slot in 0..self.config.max_seqs {
-                let len = self.cells.len(slot);
+                let len = self.kv.cells.len(slot);
                 assert_eq!(self.rt.slot_len(slot), len, "slot {slot} length");
                 if len > 0 {
                     let lo = self.rt.slot_pos_min(slot).unwrap_or(len);
                     assert_eq!(
-                        self.memory.lo(slot),
+                        self.kv.memory.lo(slot),
                         lo,
                         "slot {slot}: lowest position held"
                     );
@@ -291,13 +304,13 @@ impl<B: Backend> Owner<B> {
     /// Some admitted sequence is still prefilling a prefix of `prompt` of at
     /// least `--prefix-copy-min` tokens.
     pub(super) fn sharing_pending(&self, prompt: &[TokenId], set: &[(usize, f32)]) -> bool {
-        if !self.cache.copies {
+        if !self.kv.cache.copies {
             return false;
         }
         let cap = prompt.len().saturating_sub(1);
         self.seqs.iter().filter(|s| s.adapters == set).any(|s| {
             let shared = crate::owner::kv::key::common_prefix(&s.prompt, prompt).min(cap);
-            shared >= self.cache.copy_min && s.computed_prompt().len() < shared
+            shared >= self.kv.cache.copy_min && s.computed_prompt().len() < shared
         })
     }
 
@@ -309,7 +322,7 @@ impl<B: Backend> Owner<B> {
     /// The busy slots whose KV streams `fragments` keeps in runs: none in a
     /// unified pool (one stream for every slot).
     pub(super) fn stream_runs(&self) -> Vec<usize> {
-        if self.cache.share {
+        if self.kv.cache.share {
             Vec::new()
         } else {
             self.busy_slots()
@@ -319,8 +332,8 @@ impl<B: Backend> Owner<B> {
     /// Second tier: save a cache entry's state (its slot's cells, still
     /// intact) to host memory when it is long enough to be worth it.
     pub(super) fn spill(&mut self, e: prefix::Entry) {
-        let len = self.cells.len(e.slot);
-        if !self.host.enabled() || len < self.host.min_tokens {
+        let len = self.kv.cells.len(e.slot);
+        if !self.kv.host.enabled() || len < self.kv.host.min_tokens {
             return;
         }
         // Only what the slot really holds (it always equals the cell map).
@@ -328,12 +341,12 @@ impl<B: Backend> Owner<B> {
             return;
         }
         if let Some(data) = self.rt.save_slot(e.slot) {
-            self.host.insert(crate::owner::kv::spill::Spilled {
+            self.kv.host.insert(crate::owner::kv::spill::Spilled {
                 key: e.key,
-                tokens: self.cells.tokens(e.slot),
+                tokens: self.kv.cells.tokens(e.slot),
                 data,
                 last_used: e.last_used,
-                lo: self.memory.lo(e.slot),
+                lo: self.kv.memory.lo(e.slot),
             });
             self.stats.send_modify(|s| s.prefix_spills += 1);
         }
@@ -355,13 +368,14 @@ impl<B: Backend> Owner<B> {
             // What the runtime really restored must reach `len`.
             let have = self.rt.slot_len(slot);
             let lo = self.rt.slot_pos_min(slot).unwrap_or(have);
-            ok = self.memory.saved_reach(lo, have, len) >= len;
+            ok = self.kv.memory.saved_reach(lo, have, len) >= len;
         }
         if ok {
             // `best` picked `len` where the saved state reaches (a window's
             // or a recurrent state's cut is then valid, or none is needed).
             self.rt.truncate_slot(slot, len as u32);
-            self.cells
+            self.kv
+                .cells
                 .extend(slot, e.key, &e.tokens[..len], self.next_key);
             self.sync_lo(slot);
             self.sync_shared_lo();
@@ -370,7 +384,7 @@ impl<B: Backend> Owner<B> {
         }
         let ms = t.elapsed().as_secs_f64() * 1e3;
         e.last_used = self.next_key;
-        self.host.insert(e);
+        self.kv.host.insert(e);
         self.stats.send_modify(|s| {
             s.prefix_host_ms_total += ms;
             if ok {
@@ -388,14 +402,14 @@ impl<B: Backend> Owner<B> {
     /// Drop a cached entry's cells (those no other slot reads); its slot
     /// becomes free. False when `slot` held no entry.
     pub(super) fn evict(&mut self, slot: usize) -> bool {
-        let Some(e) = self.cache.take(slot) else {
+        let Some(e) = self.kv.cache.take(slot) else {
             return false;
         };
         let t = std::time::Instant::now();
         self.spill(e);
         self.kv_clear(slot);
         let ms = t.elapsed().as_secs_f64() * 1e3;
-        self.free_slots.push(slot);
+        self.kv.free_slots.push(slot);
         self.stats.send_modify(|s| {
             s.prefix_evictions += 1;
             s.prefix_eviction_ms_total += ms;
@@ -411,21 +425,23 @@ impl<B: Backend> Owner<B> {
     pub(super) fn take_slot(&mut self) -> Option<usize> {
         let busy = self.stream_runs();
         let (_, cached, _, slot) = self
+            .kv
             .free_slots
             .iter()
             .map(|&s| (fragments(&busy, s), false, 0, s))
             .chain(
-                self.cache
+                self.kv
+                    .cache
                     .slots()
-                    .filter(|s| !self.pinned.contains(s))
-                    .map(|s| (fragments(&busy, s), true, self.cells.private_cells(s), s)),
+                    .filter(|s| !self.kv.pinned.contains(s))
+                    .map(|s| (fragments(&busy, s), true, self.kv.cells.private_cells(s), s)),
             )
             .min()?;
         if cached {
             self.evict(slot);
         }
-        let i = self.free_slots.iter().position(|&s| s == slot)?;
-        Some(self.free_slots.swap_remove(i))
+        let i = self.kv.free_slots.iter().position(|&s| s == slot)?;
+        Some(self.kv.free_slots.swap_remove(i))
     }
 }
 
@@ -447,7 +463,7 @@ impl<B: Backend> Owner<B> {
             .collect();
         rows.sort_unstable();
         let n_ubatch = (self.config.n_ubatch as usize).min(self.n_batch).max(1);
-        if self.cache.share {
+        if self.kv.cache.share {
             rows.iter().map(|r| r.1).sum::<usize>().div_ceil(n_ubatch)
         } else {
             crate::owner::plan::scheduler::passes(&rows, n_ubatch)

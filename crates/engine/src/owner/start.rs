@@ -161,7 +161,7 @@ fn owner_main(args: OwnerArgs, ok: std::sync::mpsc::SyncSender<Result<(), LoadEr
     if let Some(d) = draft_rt {
         owner = owner.with_drafter(d);
     }
-    owner.memory.saved_window = model.facts.n_swa as usize;
+    owner.kv.memory.saved_window = model.facts.n_swa as usize;
     faults::run(owner);
 }
 

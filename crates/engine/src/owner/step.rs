@@ -63,7 +63,7 @@ impl<B: Backend> Owner<B> {
         let (built, ok) = self.build(&plan);
         let wasted = self.wasted_prompt(&plan);
         let t_submit = Instant::now();
-        let gap = self.last_done.take().map(|d| ms(d, t_submit));
+        let gap = self.clock.last_done.take().map(|d| ms(d, t_submit));
         let submitted = ok.and_then(|_| self.rt.submit());
         let submit = ms(t_submit, Instant::now());
         if let Err(e) = submitted {
@@ -90,8 +90,8 @@ impl<B: Backend> Owner<B> {
         };
         self.record(&plan, &emitted, &times, wasted);
         self.retire_finished();
-        self.last_step = Some((times.total, plan.n_tokens()));
-        self.last_done = Some(done);
+        self.clock.last_step = Some((times.total, plan.n_tokens()));
+        self.clock.last_done = Some(done);
     }
 
     /// Plan: the budget, the adapter set whose turn it is, the scheduler's
@@ -106,12 +106,12 @@ impl<B: Backend> Owner<B> {
         for s in self.seqs.iter().filter(|s| s.adapters == set) {
             let mut v = s.view();
             // A copy from this slot runs at the start of this step's decode.
-            v.can_pad &= !self.pinned.contains(&s.slot);
+            v.can_pad &= !self.kv.pinned.contains(&s.slot);
             // In a unified pool a padded tail would cut into cells shared
             // with other slots and recompute private copies of them.
-            v.can_pad &= !(self.cache.share && s.reused > 0);
+            v.can_pad &= !(self.kv.cache.share && s.reused > 0);
             // A window or a recurrent state may not hold the earlier point.
-            v.can_pad &= self.memory.kind == MemoryKind::Attention;
+            v.can_pad &= self.kv.memory.kind == MemoryKind::Attention;
             views.push(v);
         }
         let mut plan = scheduler::plan(&views, &self.limits);
@@ -191,13 +191,13 @@ impl<B: Backend> Owner<B> {
         let tick = self.next_key;
         let pkey = key_for(self.prefix_key, set);
         for &(slot, tok) in &built.decoded {
-            self.cells.extend(slot, pkey, &[tok], tick);
+            self.kv.cells.extend(slot, pkey, &[tok], tick);
         }
         for c in &plan.chunks {
             if let Some(seq) = self.seqs.iter_mut().find(|s| s.key == c.key) {
-                self.cells.truncate(seq.slot, c.start);
+                self.kv.cells.truncate(seq.slot, c.start);
                 let run = &seq.prompt[c.start..c.start + c.len];
-                self.cells.extend(seq.slot, pkey, run, tick);
+                self.kv.cells.extend(seq.slot, pkey, run, tick);
                 seq.chunk_done(c);
             }
         }
@@ -285,7 +285,7 @@ impl<B: Backend> Owner<B> {
         // chunk's tokens cost less each than a decoder's extra rows (on
         // the CPU the second row of a step costs most of the first).
         if n_prompt == 0 {
-            self.spec_fit.observe(rows, t.total);
+            self.spec.fit.observe(rows, t.total);
         }
         let record = stats::StepRecord {
             n: 0,

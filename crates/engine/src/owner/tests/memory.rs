@@ -115,7 +115,7 @@ fn without_checkpoints_a_window_model_recomputes_rather_than_reads_overwritten_c
     let mut h = harness_kind(c, WINDOW);
     let p = text(6, 40);
     run(&mut h, &p, 60, "long");
-    assert!(h.owner.memory.lo(0) > 0, "the window moved on");
+    assert!(h.owner.kv.memory.lo(0) > 0, "the window moved on");
     let (out, reused) = run(&mut h, &p[..35], 4, "behind");
     assert_eq!(reused, 0, "the window at position 34 is gone");
     assert_eq!(out, cold(WINDOW, &p[..35], 4));
@@ -272,8 +272,9 @@ fn a_shared_system_prompt_restarts_from_an_interval_checkpoint() {
     run(&mut h, &a, 4, "a");
     assert!(
         h.owner
+            .kv
             .memory
-            .positions(h.owner.cache.entries()[0].slot)
+            .positions(h.owner.kv.cache.entries()[0].slot)
             .len()
             >= 3
     );

@@ -166,7 +166,7 @@ impl Harness {
 
     fn busy(&self) -> bool {
         !self.owner.idle()
-            || !self.owner.draining.is_empty()
+            || !self.owner.queue.draining.is_empty()
             || self.tx.capacity() < self.tx.max_capacity()
     }
 
@@ -200,7 +200,7 @@ impl Harness {
         let l = &self.owner.ledger;
         assert_eq!((l.permits(), l.used(), l.reserved()), (0, 0, 0), "ledger");
         assert_eq!(
-            self.owner.free_slots.len(),
+            self.owner.kv.free_slots.len(),
             self.owner.config.max_seqs,
             "slots"
         );
@@ -312,10 +312,10 @@ fn cancel_while_queued_prefilling_or_decoding_releases_everything() {
     let a = h.submit(40, 4, &[]);
     let b = h.submit(10, 4, &[]);
     h.ticks(1);
-    assert_eq!(h.owner.waiting.len(), 1);
+    assert_eq!(h.owner.queue.waiting.len(), 1);
     drop(b);
     h.ticks(1);
-    assert!(h.owner.waiting.is_empty());
+    assert!(h.owner.queue.waiting.is_empty());
     assert_eq!(h.stats.borrow().requests_cancelled, 1);
     // Prefilling: `a` is mid-prompt (40 tokens at 8 per step).
     assert!(!h.owner.seqs[0].is_decoding());

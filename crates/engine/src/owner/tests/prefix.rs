@@ -20,21 +20,21 @@ impl Harness {
         assert_eq!(st.live_outboxes, 0, "outboxes");
         let l = &self.owner.ledger;
         assert_eq!((l.permits(), l.used(), l.reserved()), (0, 0, 0), "ledger");
-        let cache = &self.owner.cache;
+        let cache = &self.owner.kv.cache;
         assert_eq!(
-            self.owner.free_slots.len() + cache.len(),
+            self.owner.kv.free_slots.len() + cache.len(),
             self.owner.config.max_seqs,
             "slots"
         );
         for e in cache.entries() {
             assert_eq!(
                 self.owner.rt.kv[e.slot],
-                self.owner.cells.tokens(e.slot),
+                self.owner.kv.cells.tokens(e.slot),
                 "slot {}",
                 e.slot
             );
         }
-        for &s in &self.owner.free_slots {
+        for &s in &self.owner.kv.free_slots {
             assert!(self.owner.rt.kv[s].is_empty(), "free slot {s} holds cells");
         }
         // Idle: every held cell is cached; per-slot streams hold each
@@ -42,14 +42,14 @@ impl Harness {
         let entries: u64 = cache
             .entries()
             .iter()
-            .map(|e| self.owner.cells.len(e.slot) as u64)
+            .map(|e| self.owner.kv.cells.len(e.slot) as u64)
             .sum();
         if self.owner.state_model == StateModel::PerSequence {
             // One recurrent state per entry.
             assert_eq!(l.cached(), cache.len() as u64);
             return;
         }
-        let held = self.owner.cells.cells();
+        let held = self.owner.kv.cells.cells();
         if self.owner.config.kv_unified {
             assert!(held <= entries);
         } else {
@@ -85,7 +85,7 @@ fn a_repeated_prompt_reuses_all_but_its_last_token_with_the_same_output() {
     assert_eq!(done(&events(&mut a)).cached_tokens, 0);
     h.assert_idle_cached();
     // The finished sequence's prompt and decoded output stay cached.
-    assert_eq!(h.owner.cells.cells(), 40 + 5);
+    assert_eq!(h.owner.kv.cells.cells(), 40 + 5);
     let steps_before = h.owner.rt.step_sizes.len();
     let mut b = h.submit_tokens(&p, 6, "b");
     h.run_idle();
@@ -264,7 +264,11 @@ fn a_cancelled_sequence_donates_its_cells_and_a_failed_one_does_not() {
     h.ticks(2); // two 16-token chunks computed
     drop(a);
     h.run_idle();
-    assert_eq!(h.owner.cells.cells(), 32, "the computed part of the prompt");
+    assert_eq!(
+        h.owner.kv.cells.cells(),
+        32,
+        "the computed part of the prompt"
+    );
     h.assert_idle_cached();
     let mut b = h.submit_tokens(&prompt(5, 48), 2, "b");
     h.run_idle();
@@ -276,7 +280,7 @@ fn a_cancelled_sequence_donates_its_cells_and_a_failed_one_does_not() {
     h.owner.rt.fail_next = true;
     h.ticks(1);
     events(&mut c);
-    assert_eq!(h.owner.cache.len(), 0);
+    assert_eq!(h.owner.kv.cache.len(), 0);
     h.assert_idle_cached();
 }
 
@@ -290,7 +294,7 @@ fn entries_are_evicted_lru_when_slots_or_cells_are_needed() {
         h.run_idle();
         events(&mut rx);
     }
-    assert_eq!(h.owner.cache.len(), 2);
+    assert_eq!(h.owner.kv.cache.len(), 2);
     // A new prompt that matches neither needs a slot: one entry goes.
     let mut rx = h.submit_tokens(&prompt(40, 10), 2, "n");
     h.run_idle();
@@ -379,7 +383,7 @@ fn in_a_unified_pool_a_hit_shares_cells_and_a_cancel_releases_only_its_own() {
     let mut h = harness(unified_config(3));
     let (sys, pa) = finish_a(&mut h);
     assert_eq!(
-        h.owner.cells.cells(),
+        h.owner.kv.cells.cells(),
         44 + 3,
         "a's prompt and decoded output"
     );
@@ -388,9 +392,9 @@ fn in_a_unified_pool_a_hit_shares_cells_and_a_cancel_releases_only_its_own() {
     let mut b = h.submit_tokens(&pb, 50, "b");
     h.ticks(3);
     // b reads a's first 40 cells: held once, the ledger counts b's own.
-    let own = h.owner.cells.private_cells(slot_of(&h, "b"));
+    let own = h.owner.kv.cells.private_cells(slot_of(&h, "b"));
     assert!(own >= 3, "b's tail and decoded tokens: {own}");
-    assert_eq!(h.owner.cells.cells(), 47 + own);
+    assert_eq!(h.owner.kv.cells.cells(), 47 + own);
     assert_eq!(h.stats.borrow().prefix_copies, 1);
     h.owner.sync_ledger();
     assert_eq!(
@@ -404,8 +408,8 @@ fn in_a_unified_pool_a_hit_shares_cells_and_a_cancel_releases_only_its_own() {
     h.cancel("b");
     h.run_idle();
     events(&mut b);
-    assert_eq!(h.owner.cells.cells(), 47);
-    assert_eq!(h.owner.cache.len(), 1);
+    assert_eq!(h.owner.kv.cells.cells(), 47);
+    assert_eq!(h.owner.kv.cache.len(), 1);
     h.assert_idle_cached();
     let mut again = h.submit_tokens(&pa, 4, "again");
     h.run_idle();
@@ -428,9 +432,9 @@ fn in_a_unified_pool_eviction_cuts_idle_tails_never_a_prefix_a_live_sequence_rea
     let mut c = h.submit_tokens(&prompt(30, 35), 10, "c");
     h.ticks(1);
     assert_eq!(h.owner.seqs.len(), 2, "c admitted");
-    let entry = &h.owner.cache.entries()[0];
+    let entry = &h.owner.kv.cache.entries()[0];
     assert_eq!(
-        h.owner.cells.tokens(entry.slot),
+        h.owner.kv.cells.tokens(entry.slot),
         sys,
         "a's entry keeps the shared prefix"
     );

@@ -166,9 +166,9 @@ fn new_requests_start_from_the_learned_acceptance() {
     assert!(drafted > 0 && accepted < drafted);
     let greedy = Priors::class(SpecMode::Ngram, false);
     let sampled = Priors::class(SpecMode::Ngram, true);
-    let prior = h.owner.spec_priors.prior(greedy);
+    let prior = h.owner.spec.priors.prior(greedy);
     assert!(prior < 0.4, "mostly rejected drafts, prior {prior}");
-    assert_eq!(h.owner.spec_priors.prior(sampled), 0.5);
+    assert_eq!(h.owner.spec.priors.prior(sampled), 0.5);
     let _rx = h.submit_tokens(&prompts()[3], 4, "late");
     h.ticks(1);
     let s = h
