@@ -38,8 +38,8 @@ itl_ms = 60000
 async fn short_run_report_has_every_field() {
     let path = steward_engine::fetch::ensure_default_model().unwrap();
     let mut c = EngineConfig::new(path);
-    c.max_seqs = 4;
-    c.ctx_per_seq = 512;
+    c.admit.max_seqs = 4;
+    c.admit.ctx_per_seq = 512;
     let engine = Engine::start(c).unwrap();
     assert!(engine.wait_ready().await);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -8,16 +8,111 @@ use std::time::Duration;
 use crate::owner::kv::events as kvevents;
 use crate::owner::spec::speculate::SpecMode;
 
-/// Everything the engine needs to start. Server flags map onto this.
+/// Everything the engine needs to start, grouped by the stage that reads
+/// it. The server builds one from its flags in one place
+/// (`crates/server`'s `cli/config.rs`).
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
+    /// Loading the model and sizing the runtime (`runtime/`, `loaded.rs`, `owner/start.rs`).
+    pub model: ModelConfig,
+    /// ① prepare: the template, the tokenizer and grammar pools, the output cap (`prepare/`).
+    pub prepare: PrepareConfig,
+    /// ② admit: slots, context, the waiting queue, the memory budget, what the prefix cache keeps (`admission/`, `owner/admit.rs`, `owner/kv/`).
+    pub admit: AdmitConfig,
+    /// ③ execute: what one step carries and how its budget is set; adapter turns; speculation (`owner/plan/`, `owner/budget.rs`, `owner/spec/`).
+    pub step: StepConfig,
+    /// ④ sample: where rows are sampled (`sample/`, `owner/rows.rs`).
+    pub sample: SampleConfig,
+    /// ⑤ deliver: outboxes, slow readers, KV events out (`deliver/`, `owner/reap.rs`, `owner/kvpublish.rs`).
+    pub deliver: DeliverConfig,
+}
+
+/// Loading the model and sizing the runtime (`runtime/`, `loaded.rs`, `owner/start.rs`).
+#[derive(Debug, Clone)]
+pub struct ModelConfig {
     pub model_path: PathBuf,
     /// Name the model is served under (`model` field of requests).
     pub served_name: String,
+    pub n_gpu_layers: u32,
+    pub n_threads: i32,
+    pub n_threads_batch: i32,
+    pub n_ubatch: u32,
+    pub flash_attn: bool,
+    /// Q8_0 KV cache (implies flash attention).
+    pub kv_q8: bool,
+    /// Unified KV pool (see `RuntimeParams::kv_unified`).
+    pub kv_unified: bool,
+    /// Sliding-window layers keep every cell (see `RuntimeParams::swa_full`).
+    pub swa_full: bool,
+    /// Draw a progress bar while loading (stderr on a terminal).
+    pub progress: bool,
+    /// LoRA adapters loaded at start (more can be loaded while running).
+    pub adapters: Vec<AdapterSpec>,
+    /// A small model with the same vocabulary that drafts for
+    /// `speculative: draft` (`--draft-model`).
+    pub draft_model: Option<PathBuf>,
+}
+
+/// ① prepare: the template, the tokenizer and grammar pools, the output cap (`prepare/`).
+#[derive(Debug, Clone)]
+pub struct PrepareConfig {
+    /// `--chat-template`: a label and the template's source, replacing the
+    /// GGUF's.
+    pub chat_template: Option<(String, String)>,
+    pub tokenizer_threads: usize,
+    pub tokenizer_queue: usize,
+    /// Grammar compiles: their own threads (a large stack each: llguidance
+    /// recurses over a schema's `$ref` chain) and bounded queue, so a slow
+    /// compile never holds up tokenization.
+    pub grammar_threads: usize,
+    pub grammar_queue: usize,
+    /// A compile that takes longer is answered 400 (the thread finishes it
+    /// and drops it; the grammar size limits bound how long that is).
+    pub grammar_timeout: Duration,
+    /// Largest `max_tokens` accepted (also the default when absent, capped
+    /// by the context).
+    pub max_tokens_limit: u32,
+}
+
+/// ② admit: slots, context, the waiting queue, the memory budget, what the prefix cache keeps (`admission/`, `owner/admit.rs`, `owner/kv/`).
+#[derive(Debug, Clone)]
+pub struct AdmitConfig {
     /// Concurrent sequences (llama `seq_id` slots).
     pub max_seqs: usize,
     /// KV cells per slot: the context limit of one request.
     pub ctx_per_seq: u32,
+    /// Bounded queue of submitted, not yet admitted requests.
+    pub max_waiting: usize,
+    /// Longest a request may wait for a slot (None: no limit).
+    pub queue_timeout: Option<std::time::Duration>,
+    /// Operational memory budget in bytes: the KV pool (and so `max_seqs`)
+    /// is sized to fit it; startup fails if the weights alone exceed it.
+    pub memory_budget: Option<u64>,
+    /// Keep finished sequences' KV state in idle slots and reuse it for
+    /// prompts with the same leading tokens (see `core::prefix`).
+    pub prefix_cache: bool,
+    /// Shortest prefix shared with a *running* sequence worth copying its
+    /// whole KV stream (a cached idle slot is taken over at no copy cost).
+    pub prefix_copy_min: usize,
+    /// Host-memory tier of the prefix cache: bytes of evicted entries' KV
+    /// state kept to restore instead of recompute (0: off).
+    pub prefix_host_bytes: u64,
+    /// Shortest prefix (tokens) worth saving to or restoring from it.
+    pub prefix_host_min: usize,
+    /// Checkpoints of state that cannot be rewound (sliding-window cells,
+    /// recurrent state): host bytes they may hold in all (0: none taken).
+    pub checkpoint_bytes: u64,
+    /// Prompts shorter than this take no checkpoint.
+    pub checkpoint_min_tokens: usize,
+    /// Also a checkpoint at the end of a prompt chunk this many tokens past
+    /// the slot's last one (a later prompt sharing only the start, e.g. a
+    /// system prompt, starts there); 0: only near a prompt's end.
+    pub checkpoint_interval: usize,
+}
+
+/// ③ execute: what one step carries and how its budget is set; adapter turns; speculation (`owner/plan/`, `owner/budget.rs`, `owner/spec/`).
+#[derive(Debug, Clone)]
+pub struct StepConfig {
     /// Prompt tokens per step (chunked prefill).
     pub prompt_budget: usize,
     pub max_prefill_seqs: usize,
@@ -41,62 +136,23 @@ pub struct EngineConfig {
     pub expedite_max_tokens: usize,
     /// Most overdue prompts finished in one step.
     pub expedite_max_seqs: usize,
-    /// Longest a request may wait for a slot (None: no limit).
-    pub queue_timeout: Option<std::time::Duration>,
-    pub n_threads: i32,
-    pub n_threads_batch: i32,
-    pub n_ubatch: u32,
-    pub flash_attn: bool,
-    /// Q8_0 KV cache (implies flash attention).
-    pub kv_q8: bool,
-    /// Unified KV pool (see `RuntimeParams::kv_unified`).
-    pub kv_unified: bool,
-    /// Sliding-window layers keep every cell (see `RuntimeParams::swa_full`).
-    pub swa_full: bool,
-    /// Checkpoints of state that cannot be rewound (sliding-window cells,
-    /// recurrent state): host bytes they may hold in all (0: none taken).
-    pub checkpoint_bytes: u64,
-    /// Prompts shorter than this take no checkpoint.
-    pub checkpoint_min_tokens: usize,
-    /// Also a checkpoint at the end of a prompt chunk this many tokens past
-    /// the slot's last one (a later prompt sharing only the start, e.g. a
-    /// system prompt, starts there); 0: only near a prompt's end.
-    pub checkpoint_interval: usize,
-    pub n_gpu_layers: u32,
-    /// Bounded queue of submitted, not yet admitted requests.
-    pub max_waiting: usize,
-    /// Events buffered per request before text is coalesced.
-    pub outbox_capacity: usize,
-    /// Slow readers: tokens allowed to wait undelivered (coalesced) before
-    /// the policy applies.
-    pub max_lag_tokens: u32,
-    pub slow_reader: SlowReaderPolicy,
-    /// A paused reader that has not caught up after this long is ended.
-    pub slow_reader_timeout: Option<std::time::Duration>,
-    pub tokenizer_threads: usize,
-    pub tokenizer_queue: usize,
-    /// Grammar compiles: their own threads (a large stack each: llguidance
-    /// recurses over a schema's `$ref` chain) and bounded queue, so a slow
-    /// compile never holds up tokenization.
-    pub grammar_threads: usize,
-    pub grammar_queue: usize,
-    /// A compile that takes longer is answered 400 (the thread finishes it
-    /// and drops it; the grammar size limits bound how long that is).
-    pub grammar_timeout: Duration,
-    /// Largest `max_tokens` accepted (also the default when absent, capped
-    /// by the context).
-    pub max_tokens_limit: u32,
-    /// Draw a progress bar while loading (stderr on a terminal).
-    pub progress: bool,
-    /// Operational memory budget in bytes: the KV pool (and so `max_seqs`)
-    /// is sized to fit it; startup fails if the weights alone exceed it.
-    pub memory_budget: Option<u64>,
-    /// Keep finished sequences' KV state in idle slots and reuse it for
-    /// prompts with the same leading tokens (see `core::prefix`).
-    pub prefix_cache: bool,
-    /// Shortest prefix shared with a *running* sequence worth copying its
-    /// whole KV stream (a cached idle slot is taken over at no copy cost).
-    pub prefix_copy_min: usize,
+    /// With traffic of several adapter sets, steps a set keeps before the
+    /// next set's turn (`owner/adapters.rs`).
+    pub adapter_slice: usize,
+    /// Speculative decoding for requests that do not say (`--speculative`),
+    /// and the most tokens drafted per step (`--draft-max`).
+    pub speculative: SpecMode,
+    pub draft_max: usize,
+    /// A fixed step-time line, (ms a step, ms a row), for sizing drafts
+    /// instead of the line fitted to measured steps (None, the default):
+    /// tests and benchmarks that need the same draft decisions on any
+    /// machine under any load.
+    pub spec_cost_line: Option<(f64, f64)>,
+}
+
+/// ④ sample: where rows are sampled (`sample/`, `owner/rows.rs`).
+#[derive(Debug, Clone)]
+pub struct SampleConfig {
     /// Sample plain-greedy requests on the device (llama.cpp's backend
     /// sampling: the argmax runs in the step's graph and only the token
     /// comes back); every other request samples on the host.
@@ -105,34 +161,22 @@ pub struct EngineConfig {
     /// to this many): with an offloaded model the host's per-row work sits
     /// between two device steps.
     pub sample_threads: usize,
-    /// Host-memory tier of the prefix cache: bytes of evicted entries' KV
-    /// state kept to restore instead of recompute (0: off).
-    pub prefix_host_bytes: u64,
-    /// Shortest prefix (tokens) worth saving to or restoring from it.
-    pub prefix_host_min: usize,
-    /// `--chat-template`: a label and the template's source, replacing the
-    /// GGUF's.
-    pub chat_template: Option<(String, String)>,
-    /// LoRA adapters loaded at start (more can be loaded while running).
-    pub adapters: Vec<AdapterSpec>,
-    /// With traffic of several adapter sets, steps a set keeps before the
-    /// next set's turn (`owner/adapters.rs`).
-    pub adapter_slice: usize,
+}
+
+/// ⑤ deliver: outboxes, slow readers, KV events out (`deliver/`, `owner/reap.rs`, `owner/kvpublish.rs`).
+#[derive(Debug, Clone)]
+pub struct DeliverConfig {
+    /// Events buffered per request before text is coalesced.
+    pub outbox_capacity: usize,
+    /// Slow readers: tokens allowed to wait undelivered (coalesced) before
+    /// the policy applies.
+    pub max_lag_tokens: u32,
+    pub slow_reader: SlowReaderPolicy,
+    /// A paused reader that has not caught up after this long is ended.
+    pub slow_reader_timeout: Option<std::time::Duration>,
     /// Publish KV-cache block events here (`crate::owner::kv::events`; full
     /// attention models only).
     pub kv_events: Option<kvevents::KvSink>,
-    /// Speculative decoding for requests that do not say (`--speculative`),
-    /// and the most tokens drafted per step (`--draft-max`).
-    pub speculative: SpecMode,
-    pub draft_max: usize,
-    /// A small model with the same vocabulary that drafts for
-    /// `speculative: draft` (`--draft-model`).
-    pub draft_model: Option<PathBuf>,
-    /// A fixed step-time line, (ms a step, ms a row), for sizing drafts
-    /// instead of the line fitted to measured steps (None, the default):
-    /// tests and benchmarks that need the same draft decisions on any
-    /// machine under any load.
-    pub spec_cost_line: Option<(f64, f64)>,
 }
 
 /// A LoRA adapter to load: its name (clients ask for `model:name`), its
@@ -165,61 +209,73 @@ impl EngineConfig {
             .map(|n| n.get())
             .unwrap_or(2) as i32;
         EngineConfig {
-            model_path,
-            served_name,
-            max_seqs: 32,
-            ctx_per_seq: 4096,
-            prompt_budget: 256,
-            max_prefill_seqs: 2,
-            max_decode_seqs: 32,
-            target_step_ms: None,
-            target_min_prompt: 0,
-            chunk_align: 0,
-            min_prompt_budget: 16,
-            ttft_target_ms: None,
-            expedite_max_tokens: 512,
-            expedite_max_seqs: 2,
-            queue_timeout: None,
-            n_threads: cores,
-            n_threads_batch: cores,
-            n_ubatch: 512,
-            // Measured here: +16% batched decode at 8-32 sequences and faster
-            // decode at long context, -12% single-sequence decode.
-            flash_attn: true,
-            kv_q8: false,
-            kv_unified: false,
-            swa_full: false,
-            checkpoint_bytes: 256 << 20,
-            checkpoint_min_tokens: 64,
-            checkpoint_interval: 512,
-            n_gpu_layers: 0,
-            max_waiting: 256,
-            outbox_capacity: 64,
-            max_lag_tokens: 256,
-            slow_reader: SlowReaderPolicy::Pause,
-            slow_reader_timeout: Some(std::time::Duration::from_secs(60)),
-            tokenizer_threads: 1,
-            tokenizer_queue: 64,
-            grammar_threads: 1,
-            grammar_queue: 16,
-            grammar_timeout: Duration::from_secs(10),
-            max_tokens_limit: 4096,
-            progress: false,
-            memory_budget: None,
-            prefix_cache: true,
-            prefix_copy_min: 64,
-            device_sampling: false,
-            sample_threads: 1,
-            prefix_host_bytes: 0,
-            prefix_host_min: 128,
-            chat_template: None,
-            adapters: Vec::new(),
-            adapter_slice: 4,
-            kv_events: None,
-            speculative: SpecMode::Off,
-            draft_max: 8,
-            draft_model: None,
-            spec_cost_line: None,
+            model: ModelConfig {
+                model_path,
+                served_name,
+                n_gpu_layers: 0,
+                n_threads: cores,
+                n_threads_batch: cores,
+                n_ubatch: 512,
+                // Measured here: +16% batched decode at 8-32 sequences and faster
+                // decode at long context, -12% single-sequence decode.
+                flash_attn: true,
+                kv_q8: false,
+                kv_unified: false,
+                swa_full: false,
+                progress: false,
+                adapters: Vec::new(),
+                draft_model: None,
+            },
+            prepare: PrepareConfig {
+                chat_template: None,
+                tokenizer_threads: 1,
+                tokenizer_queue: 64,
+                grammar_threads: 1,
+                grammar_queue: 16,
+                grammar_timeout: Duration::from_secs(10),
+                max_tokens_limit: 4096,
+            },
+            admit: AdmitConfig {
+                max_seqs: 32,
+                ctx_per_seq: 4096,
+                max_waiting: 256,
+                queue_timeout: None,
+                memory_budget: None,
+                prefix_cache: true,
+                prefix_copy_min: 64,
+                prefix_host_bytes: 0,
+                prefix_host_min: 128,
+                checkpoint_bytes: 256 << 20,
+                checkpoint_min_tokens: 64,
+                checkpoint_interval: 512,
+            },
+            step: StepConfig {
+                prompt_budget: 256,
+                max_prefill_seqs: 2,
+                max_decode_seqs: 32,
+                target_step_ms: None,
+                chunk_align: 0,
+                target_min_prompt: 0,
+                min_prompt_budget: 16,
+                ttft_target_ms: None,
+                expedite_max_tokens: 512,
+                expedite_max_seqs: 2,
+                adapter_slice: 4,
+                speculative: SpecMode::Off,
+                draft_max: 8,
+                spec_cost_line: None,
+            },
+            sample: SampleConfig {
+                device_sampling: false,
+                sample_threads: 1,
+            },
+            deliver: DeliverConfig {
+                outbox_capacity: 64,
+                max_lag_tokens: 256,
+                slow_reader: SlowReaderPolicy::Pause,
+                slow_reader_timeout: Some(std::time::Duration::from_secs(60)),
+                kv_events: None,
+            },
         }
     }
 }

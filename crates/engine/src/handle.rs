@@ -169,7 +169,7 @@ impl EngineHandle {
     pub fn ledger_of(&self, s: &EngineStats) -> memory::Ledger {
         let rss = memory::rss_bytes().unwrap_or(0);
         let (c, f) = (&self.shared.config, &self.shared.model.facts);
-        let at = memory::Placement::of(c.n_gpu_layers, f.n_layer);
+        let at = memory::Placement::of(c.model.n_gpu_layers, f.n_layer);
         let gpus = if at.layers_on_device > 0 {
             model::gpu_memory().unwrap_or_default()
         } else {
@@ -178,7 +178,7 @@ impl EngineHandle {
         memory::Ledger::placed(
             s,
             self.shared.model.facts.weights_bytes,
-            self.shared.config.memory_budget,
+            self.shared.config.admit.memory_budget,
             rss,
             at,
             gpus,
@@ -196,6 +196,7 @@ impl EngineHandle {
     pub fn context_limit(&self) -> u32 {
         self.shared
             .config
+            .admit
             .ctx_per_seq
             .min(self.shared.model.facts.n_ctx_train.max(1))
     }
@@ -279,7 +280,7 @@ impl EngineHandle {
     /// Hand a prepared request to the execution owner. Never blocks: a full
     /// inbox is an immediate `QueueFull`.
     pub fn submit(&self, req: GenerateRequest) -> Result<RequestStream, SubmitError> {
-        let (tx, rx) = mpsc::channel(self.shared.config.outbox_capacity.max(2));
+        let (tx, rx) = mpsc::channel(self.shared.config.deliver.outbox_capacity.max(2));
         let id = req.id.clone();
         let note = Arc::new(crate::deliver::stream::CancelNote::default());
         let sub = Submission {
@@ -301,7 +302,7 @@ impl EngineHandle {
             return Err(SubmitError::Draining);
         }
         use std::sync::atomic::Ordering;
-        let max = self.shared.config.max_waiting;
+        let max = self.shared.config.admit.max_waiting;
         if self.shared.queued.fetch_add(1, Ordering::AcqRel) >= max {
             self.shared.queued.fetch_sub(1, Ordering::AcqRel);
             return Err(SubmitError::QueueFull(max));

@@ -57,8 +57,8 @@ fn check_draft(
 /// probe context (window layers hold at most window + ubatch cells, a
 /// recurrent state is fixed per slot).
 fn bytes_per_cell(model: &model::LoadedModel, c: &EngineConfig) -> u64 {
-    let plain = model.kv_bytes_per_token(c.kv_q8);
-    let kind = model::MemoryKind::of(&model.facts, c.swa_full);
+    let plain = model.kv_bytes_per_token(c.model.kv_q8);
+    let kind = model::MemoryKind::of(&model.facts, c.model.swa_full);
     if kind == model::MemoryKind::Attention {
         return plain;
     }
@@ -67,19 +67,19 @@ fn bytes_per_cell(model: &model::LoadedModel, c: &EngineConfig) -> u64 {
         ctx_per_seq: 256,
         n_batch: 64,
         n_ubatch: 64,
-        n_threads: c.n_threads,
-        n_threads_batch: c.n_threads_batch,
-        flash_attn: c.flash_attn,
-        kv_q8: c.kv_q8,
+        n_threads: c.model.n_threads,
+        n_threads_batch: c.model.n_threads_batch,
+        flash_attn: c.model.flash_attn,
+        kv_q8: c.model.kv_q8,
         kv_unified: false,
-        swa_full: c.swa_full,
+        swa_full: c.model.swa_full,
     };
     let Ok(mut rt) = model.new_runtime(&params) else {
         return plain;
     };
     let sizes =
         core::kv::memstate::measure(&mut rt, kind, &model.tokenize("Hello, world", true, false));
-    let per_seq = sizes.per_seq(kind, c.ctx_per_seq, core::runtime_params(c).n_ubatch);
+    let per_seq = sizes.per_seq(kind, c.admit.ctx_per_seq, core::runtime_params(c).n_ubatch);
     if per_seq == 0 {
         return plain;
     }
@@ -88,7 +88,7 @@ fn bytes_per_cell(model: &model::LoadedModel, c: &EngineConfig) -> u64 {
         per_seq,
         "memory budget: bytes a full slot holds, measured"
     );
-    per_seq.div_ceil(u64::from(c.ctx_per_seq.max(1)))
+    per_seq.div_ceil(u64::from(c.admit.ctx_per_seq.max(1)))
 }
 
 /// A model mapped and measured, not yet serving: what it will hold is
@@ -108,7 +108,7 @@ impl Loaded {
     /// Bytes beside the weights and the KV pool: compute graphs, runtime
     /// and HTTP buffers, and the host tiers' budgets.
     fn overhead(&self) -> u64 {
-        (256u64 << 20) + self.config.prefix_host_bytes + self.config.checkpoint_bytes
+        (256u64 << 20) + self.config.admit.prefix_host_bytes + self.config.admit.checkpoint_bytes
     }
 
     /// What serving with `max_seqs` slots holds: weights, overhead and the
@@ -116,7 +116,7 @@ impl Loaded {
     pub fn need(&self, max_seqs: usize) -> u64 {
         self.weights()
             + self.overhead()
-            + self.cell_bytes() * u64::from(self.config.ctx_per_seq) * max_seqs as u64
+            + self.cell_bytes() * u64::from(self.config.admit.ctx_per_seq) * max_seqs as u64
     }
 
     /// Weights held: the model's, and the draft model's.
@@ -132,7 +132,7 @@ impl Loaded {
 
     /// What serving as configured holds.
     pub fn full_need(&self) -> u64 {
-        self.need(self.config.max_seqs)
+        self.need(self.config.admit.max_seqs)
     }
 
     pub fn config(&self) -> &EngineConfig {
@@ -143,7 +143,7 @@ impl Loaded {
     /// owner, within `budget` bytes (fewer slots than configured when they
     /// do not all fit; an error when not even one does).
     pub fn start(mut self, budget: Option<u64>) -> Result<EngineHandle, LoadError> {
-        let at = memory::Placement::of(self.config.n_gpu_layers, self.model.facts.n_layer);
+        let at = memory::Placement::of(self.config.model.n_gpu_layers, self.model.facts.n_layer);
         let host = |b: u64| b - at.on_device(b);
         let mut fits = Vec::new();
         if let Some(budget) = budget {
@@ -154,8 +154,8 @@ impl Loaded {
                 host(self.weights()),
                 self.overhead(),
                 host(self.cell_bytes()),
-                self.config.ctx_per_seq,
-                self.config.max_seqs,
+                self.config.admit.ctx_per_seq,
+                self.config.admit.max_seqs,
             )
             .map_err(LoadError::Budget)?;
             fits.push((fit, "memory budget"));
@@ -163,23 +163,24 @@ impl Loaded {
         if at.layers_on_device > 0 {
             // The weights are on the GPUs already; the KV pool is allocated
             // when the owner creates its context: fit it into what is free.
-            let per_seq = at.on_device(self.cell_bytes() * u64::from(self.config.ctx_per_seq));
+            let per_seq =
+                at.on_device(self.cell_bytes() * u64::from(self.config.admit.ctx_per_seq));
             let gpus = model::gpu_memory().unwrap_or_default();
-            if let Some(fit) = memory::fit_on_gpus(&gpus, per_seq, self.config.max_seqs) {
+            if let Some(fit) = memory::fit_on_gpus(&gpus, per_seq, self.config.admit.max_seqs) {
                 fits.push((fit.map_err(LoadError::Budget)?, "GPU memory"));
             }
         }
         for (fit, what) in fits {
             let c = &mut self.config;
-            if fit < c.max_seqs {
+            if fit < c.admit.max_seqs {
                 tracing::warn!(
-                    model = %c.served_name,
-                    requested = c.max_seqs,
+                    model = %c.model.served_name,
+                    requested = c.admit.max_seqs,
                     fit,
                     "{what}: fewer sequences than --max-seqs"
                 );
-                c.max_seqs = fit;
-                c.max_decode_seqs = c.max_decode_seqs.min(fit);
+                c.admit.max_seqs = fit;
+                c.step.max_decode_seqs = c.step.max_decode_seqs.min(fit);
             }
         }
         let footprint = self.full_need();
@@ -191,15 +192,20 @@ impl Loaded {
             mut identity,
             ..
         } = self;
-        identity.adapters = config.adapters.iter().map(|a| a.name.clone()).collect();
+        identity.adapters = config
+            .model
+            .adapters
+            .iter()
+            .map(|a| a.name.clone())
+            .collect();
         tracing::info!(
             load_ms,
-            model = %config.served_name,
+            model = %config.model.served_name,
             identity = %identity.summary(),
             "model loaded"
         );
         let preparer = Preparer::new(model.clone(), &config).map_err(LoadError::Template)?;
-        let (inbox_tx, inbox_rx) = mpsc::channel(config.max_waiting.max(1));
+        let (inbox_tx, inbox_rx) = mpsc::channel(config.admit.max_waiting.max(1));
         let (stats_tx, stats_rx) = watch::channel(EngineStats::starting(&config, load_ms));
         let queued = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let adapters = Arc::new(std::sync::RwLock::new(Vec::new()));
@@ -253,7 +259,7 @@ impl Engine {
     /// config's own memory budget). Returns as soon as the owner thread
     /// runs; it reports ready after its warm-up step.
     pub fn start(config: EngineConfig) -> Result<EngineHandle, LoadError> {
-        let budget = config.memory_budget;
+        let budget = config.admit.memory_budget;
         Self::load(config)?.start(budget)
     }
 
@@ -263,26 +269,26 @@ impl Engine {
     pub fn load(config: EngineConfig) -> Result<Loaded, LoadError> {
         let t0 = Instant::now();
         let model = Arc::new(model::LoadedModel::load(
-            &config.model_path,
-            config.progress,
-            config.n_gpu_layers,
+            &config.model.model_path,
+            config.model.progress,
+            config.model.n_gpu_layers,
         )?);
         let load_ms = t0.elapsed().as_secs_f64() * 1e3;
         let mut config = config;
         let bytes_per_cell = if model.facts.pooling.is_some() {
             // An embedding model keeps no state between requests: no KV
             // pool, no host tiers.
-            config.prefix_host_bytes = 0;
-            config.checkpoint_bytes = 0;
+            config.admit.prefix_host_bytes = 0;
+            config.admit.checkpoint_bytes = 0;
             0
         } else {
             bytes_per_cell(&model, &config)
         };
-        let identity = identity::ModelIdentity::compute(&config.model_path, &model)?;
-        let draft = match &config.draft_model {
+        let identity = identity::ModelIdentity::compute(&config.model.model_path, &model)?;
+        let draft = match &config.model.draft_model {
             None => None,
             Some(path) => {
-                let d = model::LoadedModel::load(path, false, config.n_gpu_layers)?;
+                let d = model::LoadedModel::load(path, false, config.model.n_gpu_layers)?;
                 check_draft(&model, &d, path)?;
                 let cell = self::bytes_per_cell(&d, &config);
                 Some((Arc::new(d), cell))

@@ -47,28 +47,28 @@ async fn engine(path: PathBuf, prefix_cache: bool, ctx: u32) -> EngineHandle {
 
 async fn engine_with(path: PathBuf, prefix_cache: bool, ctx: u32, unified: bool) -> EngineHandle {
     let mut c = EngineConfig::new(path);
-    c.kv_unified = unified;
+    c.model.kv_unified = unified;
     if ctx <= 1024 {
         // The random models: llama.cpp's window cache (window + ubatch,
         // padded to 256) is then 256 cells for the 32-token window of the
         // random Gemma 3, so a 300-token decode overwrites old cells.
-        c.n_ubatch = 64;
+        c.model.n_ubatch = 64;
     }
-    c.max_seqs = 2;
-    c.ctx_per_seq = ctx;
-    c.prompt_budget = 512;
-    c.prefix_cache = prefix_cache;
-    c.checkpoint_min_tokens = 16;
-    c.checkpoint_interval = 128;
-    c.prefix_host_bytes = 64 << 20;
-    c.prefix_host_min = 32;
-    c.progress = false;
+    c.admit.max_seqs = 2;
+    c.admit.ctx_per_seq = ctx;
+    c.step.prompt_budget = 512;
+    c.admit.prefix_cache = prefix_cache;
+    c.admit.checkpoint_min_tokens = 16;
+    c.admit.checkpoint_interval = 128;
+    c.admit.prefix_host_bytes = 64 << 20;
+    c.admit.prefix_host_min = 32;
+    c.model.progress = false;
     // A request whose reader stops is held at the lag bound (paused) until
     // it is dropped: `cancelled` then cancels it mid-decode whatever the
     // timing. (Readers that keep reading are not held back.)
-    c.outbox_capacity = 2;
-    c.max_lag_tokens = 1;
-    c.slow_reader_timeout = None;
+    c.deliver.outbox_capacity = 2;
+    c.deliver.max_lag_tokens = 1;
+    c.deliver.slow_reader_timeout = None;
     common::start(c).await
 }
 
@@ -420,12 +420,12 @@ async fn a_memory_budget_counts_window_layers_at_their_size() {
     let ctx = 4096u64;
     let full_slot = ctx * 18 * 2 * 256 * 2;
     let mut c = EngineConfig::new(path);
-    c.max_seqs = 16;
-    c.ctx_per_seq = ctx as u32;
-    c.progress = false;
-    c.prefix_host_bytes = 0;
-    c.checkpoint_bytes = 0;
-    c.memory_budget = Some(weights + (256 << 20) + 4 * full_slot);
+    c.admit.max_seqs = 16;
+    c.admit.ctx_per_seq = ctx as u32;
+    c.model.progress = false;
+    c.admit.prefix_host_bytes = 0;
+    c.admit.checkpoint_bytes = 0;
+    c.admit.memory_budget = Some(weights + (256 << 20) + 4 * full_slot);
     let h = Engine::start(c).expect("engine starts");
     assert!(h.wait_ready().await);
     let slots = h.stats().slots_total;

@@ -27,11 +27,11 @@ async fn engine(prefix_cache: bool) -> EngineHandle {
 async fn engine_with(prefix_cache: bool, tweak: impl FnOnce(&mut EngineConfig)) -> EngineHandle {
     let path = steward_engine::fetch::ensure_default_model().expect("default model");
     let mut c = EngineConfig::new(path);
-    c.max_seqs = 4;
-    c.ctx_per_seq = 1024;
-    c.prompt_budget = 128;
-    c.prefix_cache = prefix_cache;
-    c.prefix_copy_min = 64;
+    c.admit.max_seqs = 4;
+    c.admit.ctx_per_seq = 1024;
+    c.step.prompt_budget = 128;
+    c.admit.prefix_cache = prefix_cache;
+    c.admit.prefix_copy_min = 64;
     tweak(&mut c);
     common::start(c).await
 }
@@ -40,9 +40,9 @@ async fn engine_with(prefix_cache: bool, tweak: impl FnOnce(&mut EngineConfig)) 
 /// for as long as the test needs: two events buffered, one token of lag,
 /// no timeout. (Readers that keep reading are not held back.)
 fn held(c: &mut EngineConfig) {
-    c.outbox_capacity = 2;
-    c.max_lag_tokens = 1;
-    c.slow_reader_timeout = None;
+    c.deliver.outbox_capacity = 2;
+    c.deliver.max_lag_tokens = 1;
+    c.deliver.slow_reader_timeout = None;
 }
 
 /// Idle: nothing admitted or queued (the state size is sampled then).
@@ -228,12 +228,12 @@ async fn an_evicted_prefix_restored_from_host_memory_gives_the_uncached_output()
     let plain = engine(false).await;
     let path = steward_engine::fetch::ensure_default_model().expect("default model");
     let mut c = EngineConfig::new(path);
-    c.max_seqs = 1;
-    c.ctx_per_seq = 1024;
-    c.prompt_budget = 128;
-    c.prefix_cache = true;
-    c.prefix_host_bytes = 256 << 20;
-    c.prefix_host_min = 64;
+    c.admit.max_seqs = 1;
+    c.admit.ctx_per_seq = 1024;
+    c.step.prompt_budget = 128;
+    c.admit.prefix_cache = true;
+    c.admit.prefix_host_bytes = 256 << 20;
+    c.admit.prefix_host_min = 64;
     let h = Engine::start(c).expect("engine starts");
     assert!(h.wait_ready().await);
     let p1 = chat(
@@ -264,11 +264,11 @@ async fn an_evicted_prefix_restored_from_host_memory_gives_the_uncached_output()
 async fn in_a_unified_pool_a_hit_is_held_once_and_a_cancel_releases_only_its_own_cells() {
     let path = steward_engine::fetch::ensure_default_model().expect("default model");
     let mut c = EngineConfig::new(path);
-    c.max_seqs = 4;
-    c.ctx_per_seq = 1024;
-    c.prompt_budget = 128;
-    c.prefix_cache = true;
-    c.kv_unified = true;
+    c.admit.max_seqs = 4;
+    c.admit.ctx_per_seq = 1024;
+    c.step.prompt_budget = 128;
+    c.admit.prefix_cache = true;
+    c.model.kv_unified = true;
     held(&mut c);
     let h = Engine::start(c).expect("engine starts");
     assert!(h.wait_ready().await);

@@ -37,10 +37,10 @@ async fn engine_with(
 ) -> EngineHandle {
     let path = steward_engine::fetch::ensure_default_model().expect("default model");
     let mut c = EngineConfig::new(path);
-    c.max_seqs = max_seqs;
-    c.ctx_per_seq = 1024;
-    c.prompt_budget = budget;
-    c.max_prefill_seqs = 8;
+    c.admit.max_seqs = max_seqs;
+    c.admit.ctx_per_seq = 1024;
+    c.step.prompt_budget = budget;
+    c.step.max_prefill_seqs = 8;
     f(&mut c);
     common::start(c).await
 }
@@ -88,7 +88,7 @@ const PROMPTS: [&str; 8] = [
 /// step's rows are sampled and emitted on helper threads (`owner/rows.rs`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn greedy_is_deterministic_and_batched_equals_solo() {
-    let h = engine_with(16, 64, |c| c.sample_threads = 4).await;
+    let h = engine_with(16, 64, |c| c.sample.sample_threads = 4).await;
     let mut solo = Vec::new();
     for p in PROMPTS {
         let toks = prompt_tokens(&h, p).await;
@@ -223,7 +223,7 @@ async fn multibyte_text_streams_without_replacement_chars() {
 async fn stop_string_spanning_tokens_is_cut_exactly() {
     // No prefix cache: both runs compute alone in the same shapes, so they
     // are identical up to the stop.
-    let h = engine_with(2, 64, |c| c.prefix_cache = false).await;
+    let h = engine_with(2, 64, |c| c.admit.prefix_cache = false).await;
     let toks = prompt_tokens(&h, "Write a sentence about the sea.").await;
     let (full, f) = run(&h, request(toks.clone(), 24, greedy())).await;
     // Find a boundary between two tokens that both render text, and make a
@@ -271,9 +271,9 @@ async fn dropping_the_stream_cancels_and_frees_the_slot() {
     // ended as a slow reader), so it cannot finish before the drop however
     // long the test thread is descheduled.
     let h = engine_with(2, 64, |c| {
-        c.outbox_capacity = 2;
-        c.max_lag_tokens = 1;
-        c.slow_reader_timeout = None;
+        c.deliver.outbox_capacity = 2;
+        c.deliver.max_lag_tokens = 1;
+        c.deliver.slow_reader_timeout = None;
     })
     .await;
     let toks = prompt_tokens(&h, "Write a long essay about oceans.").await;
@@ -305,12 +305,12 @@ async fn dropping_the_stream_cancels_and_frees_the_slot() {
 async fn long_prompt_does_not_freeze_decoders_and_outputs_match_solo() {
     let path = steward_engine::fetch::ensure_default_model().expect("default model");
     let mut c = EngineConfig::new(path);
-    c.max_seqs = 5;
-    c.ctx_per_seq = 3300;
-    c.prompt_budget = 64;
-    c.max_prefill_seqs = 4;
+    c.admit.max_seqs = 5;
+    c.admit.ctx_per_seq = 3300;
+    c.step.prompt_budget = 64;
+    c.step.max_prefill_seqs = 4;
     // The long prompt is computed in full each time (no cache hit).
-    c.prefix_cache = false;
+    c.admit.prefix_cache = false;
     let h = Engine::start(c).expect("engine");
     assert!(h.wait_ready().await);
     let mut long_text = String::new();
@@ -432,9 +432,9 @@ async fn logit_bias_bans_and_forces_tokens_on_the_real_model() {
 async fn the_offloaded_warm_up_leaves_the_engine_ready_and_every_slot_empty() {
     let path = steward_engine::fetch::ensure_default_model().expect("default model");
     let mut c = EngineConfig::new(path);
-    c.max_seqs = 4;
-    c.ctx_per_seq = 256;
-    c.n_gpu_layers = 99;
+    c.admit.max_seqs = 4;
+    c.admit.ctx_per_seq = 256;
+    c.model.n_gpu_layers = 99;
     let h = Engine::start(c).expect("engine starts");
     assert!(h.wait_ready().await, "the warm-up step failed");
     let plain = engine(1, 64).await;
@@ -452,8 +452,8 @@ async fn the_offloaded_warm_up_leaves_the_engine_ready_and_every_slot_empty() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aligned_chunks_equal_solo() {
     let h = engine_with(4, 512, |c| {
-        c.chunk_align = 16;
-        c.prefix_cache = false;
+        c.step.chunk_align = 16;
+        c.admit.prefix_cache = false;
     })
     .await;
     let mut prompts = Vec::new();
@@ -493,10 +493,10 @@ async fn grammar_compiles_do_not_hold_up_tokenization() {
     use steward_engine::constraint::Grammar;
     use steward_engine::PrepareError;
     let h = engine_with(1, 64, |c| {
-        c.grammar_threads = 1;
-        c.grammar_queue = 1;
+        c.prepare.grammar_threads = 1;
+        c.prepare.grammar_queue = 1;
         // A hang guard only: the machine may be loaded.
-        c.grammar_timeout = Duration::from_secs(600);
+        c.prepare.grammar_timeout = Duration::from_secs(600);
     })
     .await;
     // Grammars that take a while to compile (thousands of alternatives),

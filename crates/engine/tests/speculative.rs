@@ -36,14 +36,14 @@ fn draft_gguf() -> PathBuf {
 fn config(draft: Option<PathBuf>) -> EngineConfig {
     let path = steward_engine::fetch::ensure_default_model().expect("default model");
     let mut c = EngineConfig::new(path);
-    c.max_seqs = 16;
-    c.ctx_per_seq = 512;
-    c.prompt_budget = 256;
-    c.max_prefill_seqs = 16;
-    c.draft_model = draft;
+    c.admit.max_seqs = 16;
+    c.admit.ctx_per_seq = 512;
+    c.step.prompt_budget = 256;
+    c.step.max_prefill_seqs = 16;
+    c.model.draft_model = draft;
     // Rows nearly free beside a step's fixed cost: every draft with a fair
     // chance of acceptance pays, whatever the machine measures.
-    c.spec_cost_line = Some((10.0, 0.1));
+    c.step.spec_cost_line = Some((10.0, 0.1));
     c
 }
 

@@ -73,6 +73,7 @@ impl Registry {
                 None => e
                     .spec
                     .config
+                    .model
                     .adapters
                     .iter()
                     .enumerate()

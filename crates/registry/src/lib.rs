@@ -149,8 +149,8 @@ impl Registry {
         let config = engine.config().clone();
         let r = Self::new(
             vec![ModelSpec {
-                name: config.served_name.clone(),
-                source: Source::Path(config.model_path.clone()),
+                name: config.model.served_name.clone(),
+                source: Source::Path(config.model.model_path.clone()),
                 config,
                 pinned: true,
             }],
@@ -400,8 +400,8 @@ impl Registry {
             .map_err(|e| failed(e.to_string()))?
             .map_err(failed)?;
         let mut config = spec.config.clone();
-        config.model_path = path;
-        config.served_name = name.to_string();
+        config.model.model_path = path;
+        config.model.served_name = name.to_string();
         let loaded = background(move || Engine::load(config))
             .await
             .map_err(failed)?
@@ -589,7 +589,7 @@ impl Registry {
             .map_err(RegistryError::Admin)?;
         let mut g = self.lock();
         if let Some(e) = g.iter_mut().find(|e| e.spec.name == model) {
-            e.spec.config.adapters.push(spec);
+            e.spec.config.model.adapters.push(spec);
         }
         Ok(info)
     }

@@ -240,7 +240,7 @@ async fn generate_on(
         prompt.len(),
         spec.max_tokens,
         engine.context_limit(),
-        engine.config().max_tokens_limit,
+        engine.config().prepare.max_tokens_limit,
     )?;
     let lp_tokens = if score_prompt {
         prompt.len() as u64 + u64::from(max_tokens)
@@ -274,7 +274,7 @@ async fn generate_on(
     let wants_draft = spec
         .speculative
         .is_some_and(|r| r.mode == Some(steward_engine::SpecMode::Draft));
-    if wants_draft && engine.config().draft_model.is_none() {
+    if wants_draft && engine.config().model.draft_model.is_none() {
         return Err(ApiError::invalid_value(
             "`speculative.mode` is `draft`, but this model has no draft model (--draft-model); use `ngram` or `off`",
             "speculative.mode",

@@ -500,11 +500,11 @@ pub(crate) fn memory_card(
     json!({
         "kind": st.memory_kind,
         "swa_window": st.swa_window,
-        "swa_full": c.swa_full,
+        "swa_full": c.model.swa_full,
         "bytes_per_cell": st.kv_bytes_per_cell,
         "window_bytes_per_cell": st.window_bytes_per_cell,
         "recurrent_bytes_per_slot": st.recurrent_bytes_per_slot,
-        "checkpoints": st.memory_kind != "attention" && c.checkpoint_bytes > 0 && c.prefix_cache,
+        "checkpoints": st.memory_kind != "attention" && c.admit.checkpoint_bytes > 0 && c.admit.prefix_cache,
         "slots": st.slots_total,
     })
 }

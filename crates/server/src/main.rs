@@ -508,46 +508,46 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
     if a.max_seqs == 0 || a.max_seqs > 256 {
         anyhow::bail!("--max-seqs must be between 1 and 256");
     }
-    c.max_seqs = a.max_seqs;
-    c.ctx_per_seq = a.ctx_per_seq.max(16);
+    c.admit.max_seqs = a.max_seqs;
+    c.admit.ctx_per_seq = a.ctx_per_seq.max(16);
     rpc_cli::setup(&a.model.rpc)?;
-    c.n_gpu_layers = gpu_layers(a.model.gpu_layers)?;
+    c.model.n_gpu_layers = gpu_layers(a.model.gpu_layers)?;
     // Scheduler defaults by where the model runs (each flag overrides):
     // RPC workers are placed like GPUs but are scheduled as the CPUs they
     // usually are, unless this machine has a GPU of its own.
-    let gpu = c.n_gpu_layers > 0 && steward_engine::model::rpc::local_gpu_count()? > 0;
-    c.prompt_budget = a
+    let gpu = c.model.n_gpu_layers > 0 && steward_engine::model::rpc::local_gpu_count()? > 0;
+    c.step.prompt_budget = a
         .prompt_budget
         .unwrap_or(if gpu { 8192 } else { 256 })
         .max(1);
-    c.max_prefill_seqs = a
+    c.step.max_prefill_seqs = a
         .max_prefill_seqs
         .unwrap_or(if gpu { a.max_seqs } else { 2 })
         .max(1);
-    c.max_decode_seqs = a.max_decode_seqs.unwrap_or(a.max_seqs).clamp(1, a.max_seqs);
+    c.step.max_decode_seqs = a.max_decode_seqs.unwrap_or(a.max_seqs).clamp(1, a.max_seqs);
     let target = a.target_step_ms.unwrap_or(if gpu { 50.0 } else { 250.0 });
-    c.target_step_ms = (target > 0.0).then_some(target);
-    c.target_min_prompt = a.target_min_prompt.unwrap_or(if gpu { 2048 } else { 0 });
-    c.chunk_align = a
+    c.step.target_step_ms = (target > 0.0).then_some(target);
+    c.step.target_min_prompt = a.target_min_prompt.unwrap_or(if gpu { 2048 } else { 0 });
+    c.step.chunk_align = a
         .chunk_align
         .unwrap_or(if gpu && !a.kv_unified { 32 } else { 0 });
-    c.min_prompt_budget = a.min_prompt_budget.max(1);
-    c.ttft_target_ms = (a.ttft_target_ms > 0.0).then_some(a.ttft_target_ms);
-    c.expedite_max_tokens = a.expedite_max_tokens;
-    c.expedite_max_seqs = a.expedite_max_seqs.max(1);
-    c.queue_timeout = secs(a.queue_timeout_s, "queue-timeout-s")?;
-    c.max_lag_tokens = a.max_lag_tokens.max(1);
-    c.slow_reader = match a.slow_reader.as_str() {
+    c.step.min_prompt_budget = a.min_prompt_budget.max(1);
+    c.step.ttft_target_ms = (a.ttft_target_ms > 0.0).then_some(a.ttft_target_ms);
+    c.step.expedite_max_tokens = a.expedite_max_tokens;
+    c.step.expedite_max_seqs = a.expedite_max_seqs.max(1);
+    c.admit.queue_timeout = secs(a.queue_timeout_s, "queue-timeout-s")?;
+    c.deliver.max_lag_tokens = a.max_lag_tokens.max(1);
+    c.deliver.slow_reader = match a.slow_reader.as_str() {
         "pause" => steward_engine::SlowReaderPolicy::Pause,
         "terminate" => steward_engine::SlowReaderPolicy::Terminate,
         other => anyhow::bail!("--slow-reader must be pause or terminate, not {other}"),
     };
-    c.slow_reader_timeout = secs(a.slow_reader_timeout_s, "slow-reader-timeout-s")?;
+    c.deliver.slow_reader_timeout = secs(a.slow_reader_timeout_s, "slow-reader-timeout-s")?;
     let request_timeout = secs(a.request_timeout_s, "request-timeout-s")?;
     let l = &a.limits;
-    c.grammar_threads = l.grammar_threads.max(1);
-    c.grammar_queue = l.grammar_queue.max(1);
-    c.grammar_timeout = secs_on(l.grammar_timeout_s, "grammar-timeout-s")?;
+    c.prepare.grammar_threads = l.grammar_threads.max(1);
+    c.prepare.grammar_queue = l.grammar_queue.max(1);
+    c.prepare.grammar_timeout = secs_on(l.grammar_timeout_s, "grammar-timeout-s")?;
     let acc = &a.access;
     let keys = steward_server::access::Keys::new(
         a.api_key.clone(),
@@ -594,46 +594,49 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
         close_grace: grace.min(Duration::from_secs(1)),
         tls: tls.clone(),
     };
-    c.n_threads = threads(a.model.threads);
-    c.n_threads_batch = c.n_threads;
-    c.n_ubatch = a.ubatch.max(1);
-    c.max_waiting = a.max_waiting.max(1);
-    c.max_tokens_limit = a.max_tokens_limit.max(1);
-    c.tokenizer_threads = a.tokenizer_threads.max(1);
-    c.tokenizer_queue = a.tokenizer_queue.unwrap_or(64.max(2 * c.max_seqs)).max(1);
-    c.outbox_capacity = a.outbox_capacity.max(2);
-    c.flash_attn = a.flash_attn;
-    c.kv_q8 = a.kv_q8;
+    c.model.n_threads = threads(a.model.threads);
+    c.model.n_threads_batch = c.model.n_threads;
+    c.model.n_ubatch = a.ubatch.max(1);
+    c.admit.max_waiting = a.max_waiting.max(1);
+    c.prepare.max_tokens_limit = a.max_tokens_limit.max(1);
+    c.prepare.tokenizer_threads = a.tokenizer_threads.max(1);
+    c.prepare.tokenizer_queue = a
+        .tokenizer_queue
+        .unwrap_or(64.max(2 * c.admit.max_seqs))
+        .max(1);
+    c.deliver.outbox_capacity = a.outbox_capacity.max(2);
+    c.model.flash_attn = a.flash_attn;
+    c.model.kv_q8 = a.kv_q8;
     if let Some(b) = &a.memory_budget {
         let total = steward_engine::memory::mem_total().unwrap_or(0);
         let budget = steward_engine::memory::parse_budget(b, total).map_err(anyhow::Error::msg)?;
         // The Responses store's cap is server memory beside the models.
-        c.memory_budget = Some(budget.saturating_sub(l.responses_store_mb << 20));
+        c.admit.memory_budget = Some(budget.saturating_sub(l.responses_store_mb << 20));
     }
-    c.kv_unified = a.kv_unified;
-    c.swa_full = a.swa_full;
-    c.checkpoint_bytes = a.checkpoint_mb << 20;
-    c.checkpoint_min_tokens = a.checkpoint_min_tokens;
-    c.checkpoint_interval = a.checkpoint_interval;
-    c.prefix_cache = a.prefix_cache;
-    c.prefix_copy_min = a.prefix_copy_min;
-    c.device_sampling = a.device_sampling;
-    c.speculative = a.speculative;
-    c.draft_max = a.draft_max as usize;
-    c.draft_model = a.draft_model.clone();
-    if c.speculative == steward_engine::SpecMode::Draft && c.draft_model.is_none() {
+    c.model.kv_unified = a.kv_unified;
+    c.model.swa_full = a.swa_full;
+    c.admit.checkpoint_bytes = a.checkpoint_mb << 20;
+    c.admit.checkpoint_min_tokens = a.checkpoint_min_tokens;
+    c.admit.checkpoint_interval = a.checkpoint_interval;
+    c.admit.prefix_cache = a.prefix_cache;
+    c.admit.prefix_copy_min = a.prefix_copy_min;
+    c.sample.device_sampling = a.device_sampling;
+    c.step.speculative = a.speculative;
+    c.step.draft_max = a.draft_max as usize;
+    c.model.draft_model = a.draft_model.clone();
+    if c.step.speculative == steward_engine::SpecMode::Draft && c.model.draft_model.is_none() {
         anyhow::bail!("--speculative draft needs --draft-model");
     }
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-    c.sample_threads = a
+    c.sample.sample_threads = a
         .sample_threads
         .unwrap_or(if gpu { (cores / 2).clamp(1, 8) } else { 1 })
         .max(1);
-    c.prefix_host_bytes = a.prefix_host_mb.unwrap_or(if gpu { 0 } else { 512 }) << 20;
-    c.prefix_host_min = a.prefix_host_min;
-    c.chat_template = a.chat_template.as_deref().map(template_flag).transpose()?;
-    c.progress = true;
-    c.adapter_slice = a.adapter_slice.max(1);
+    c.admit.prefix_host_bytes = a.prefix_host_mb.unwrap_or(if gpu { 0 } else { 512 }) << 20;
+    c.admit.prefix_host_min = a.prefix_host_min;
+    c.prepare.chat_template = a.chat_template.as_deref().map(template_flag).transpose()?;
+    c.model.progress = true;
+    c.step.adapter_slice = a.adapter_slice.max(1);
     let mut specs = serve_models::specs(
         &serve_models::ModelFlags {
             models: &a.model.model,
@@ -648,14 +651,14 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
     )?;
     let mut kv_events = steward_server::kvevents::KvEvents::new(&a.kv_events);
     for s in specs.iter_mut() {
-        s.config.kv_events = kv_events.as_ref().map(|k| k.sink(&s.name));
+        s.config.deliver.kv_events = kv_events.as_ref().map(|k| k.sink(&s.name));
     }
     let mut hub = steward_hub::HubOptions::from_env();
     hub.progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let registry = steward_registry::Registry::new(
         specs,
         steward_registry::Options {
-            budget: c.memory_budget,
+            budget: c.admit.memory_budget,
             idle_unload: secs(a.idle_unload_s, "idle-unload-s")?,
             retry_after_s: 10,
         },

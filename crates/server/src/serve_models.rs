@@ -172,25 +172,25 @@ pub fn specs(
                 if n == 0 || n > 256 {
                     bail!("--models-config {}: max_seqs must be 1..=256", s.name);
                 }
-                c.max_seqs = n;
-                c.max_decode_seqs = c.max_decode_seqs.min(n);
+                c.admit.max_seqs = n;
+                c.step.max_decode_seqs = c.step.max_decode_seqs.min(n);
             }
             if let Some(n) = e.ctx_per_seq {
-                c.ctx_per_seq = n.max(16);
+                c.admit.ctx_per_seq = n.max(16);
             }
             if let Some(n) = e.max_tokens_limit {
-                c.max_tokens_limit = n.max(1);
+                c.prepare.max_tokens_limit = n.max(1);
             }
             if let Some(mb) = e.prefix_host_mb {
-                c.prefix_host_bytes = mb << 20;
+                c.admit.prefix_host_bytes = mb << 20;
             }
             if let Some(mb) = e.checkpoint_mb {
-                c.checkpoint_bytes = mb << 20;
+                c.admit.checkpoint_bytes = mb << 20;
             }
             if let Some(t) = &e.chat_template {
-                c.chat_template = Some(crate::template_flag(t)?);
+                c.prepare.chat_template = Some(crate::template_flag(t)?);
             }
-            c.adapters = e
+            c.model.adapters = e
                 .lora
                 .into_iter()
                 .map(|l| AdapterSpec {
@@ -212,7 +212,7 @@ pub fn specs(
         out[0].name = n.to_string();
     }
     for l in f.lora {
-        out[0].config.adapters.push(parse_lora(l)?);
+        out[0].config.model.adapters.push(parse_lora(l)?);
     }
     for (i, s) in out.iter().enumerate() {
         check_name(&s.name)?;
@@ -223,7 +223,7 @@ pub fn specs(
             );
         }
         let mut seen: Vec<&str> = Vec::new();
-        for a in &s.config.adapters {
+        for a in &s.config.model.adapters {
             if seen.contains(&a.name.as_str()) {
                 bail!("model {:?} has two adapters named {:?}", s.name, a.name);
             }

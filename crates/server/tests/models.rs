@@ -27,13 +27,13 @@ use steward_registry::{ModelSpec, Options, Registry, Source};
 
 fn config(path: std::path::PathBuf) -> EngineConfig {
     let mut c = EngineConfig::new(path);
-    c.max_seqs = 2;
-    c.ctx_per_seq = 512;
-    c.prompt_budget = 64;
-    c.prefix_host_bytes = 0;
-    c.checkpoint_bytes = 0;
-    c.n_threads = 2;
-    c.n_threads_batch = 2;
+    c.admit.max_seqs = 2;
+    c.admit.ctx_per_seq = 512;
+    c.step.prompt_budget = 64;
+    c.admit.prefix_host_bytes = 0;
+    c.admit.checkpoint_bytes = 0;
+    c.model.n_threads = 2;
+    c.model.n_threads_batch = 2;
     c
 }
 

@@ -68,7 +68,10 @@ pub fn to_chat(body: &Value, previous: Option<&Stored>) -> Result<RTranslated, D
     let history = previous.map_or(&[][..], |p| &p.conversation[..]);
     let input_items = input(&b, previous_response_id.as_deref(), history.len())?;
     let instructions = b.str("instructions")?;
-    chat.insert("messages".into(), messages(history, &input_items, instructions)?);
+    chat.insert(
+        "messages".into(),
+        messages(history, &input_items, instructions)?,
+    );
     // The model always answers in a new turn: a final assistant item is
     // history, not a prefix to continue.
     chat.insert("add_generation_prompt".into(), true.into());

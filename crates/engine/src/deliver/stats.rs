@@ -266,10 +266,10 @@ impl EngineStats {
     pub(crate) fn starting(c: &EngineConfig, load_ms: f64) -> Self {
         EngineStats {
             load_ms,
-            slots_total: c.max_seqs,
-            kv_cells_total: u64::from(c.ctx_per_seq) * c.max_seqs as u64,
-            prompt_budget: c.prompt_budget,
-            prefix_cache_enabled: c.prefix_cache,
+            slots_total: c.admit.max_seqs,
+            kv_cells_total: u64::from(c.admit.ctx_per_seq) * c.admit.max_seqs as u64,
+            prompt_budget: c.step.prompt_budget,
+            prefix_cache_enabled: c.admit.prefix_cache,
             ..Default::default()
         }
     }

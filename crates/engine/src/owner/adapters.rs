@@ -83,7 +83,7 @@ impl<B: Backend> Owner<B> {
             })
             .map(|s| &s.adapters)
             .collect();
-        self.turns.pick(&with_work, self.config.adapter_slice)
+        self.turns.pick(&with_work, self.config.step.adapter_slice)
     }
 }
 

@@ -28,7 +28,7 @@ impl<B: Backend> Owner<B> {
         // iteration, and only while fewer than half the slots are busy)
         // before the host swaps.
         let mut budget = if self.pressure {
-            usize::from(self.seqs.len() * 2 < self.config.max_seqs)
+            usize::from(self.seqs.len() * 2 < self.config.admit.max_seqs)
         } else {
             usize::MAX
         };
@@ -257,14 +257,14 @@ impl<B: Backend> Owner<B> {
         let _ = w.sub.outbox.try_send(Event::Admitted);
         let limits = SeqLimits {
             ctx_limit: self.ctx_limit,
-            max_lag_tokens: self.config.max_lag_tokens,
+            max_lag_tokens: self.config.deliver.max_lag_tokens,
         };
         let (spec_mode, spec_max) = self.spec_for(w.sub.req.speculative);
         let mut seq = Sequence::new(self.next_key, slot, w.sub, limits, permit, reused);
         seq.speculate(spec_mode, spec_max, &self.spec.priors);
         // Device sampling where the request's sampler is plain greedy;
         // the slot keeps its path until a request needs the other one.
-        let want = self.config.device_sampling && seq.device_eligible();
+        let want = self.config.sample.device_sampling && seq.device_eligible();
         let mode = want.then(|| seq.banned(&self.vocab));
         seq.device = self.rt.set_device_greedy(slot, mode);
         tracing::debug!(request_id = %seq.id, slot, prompt = seq.prompt.len(), reused = seq.reused, "admitted");

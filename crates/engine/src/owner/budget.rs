@@ -22,7 +22,7 @@ impl<B: Backend> Owner<B> {
             .iter()
             .filter(|s| s.is_decoding())
             .count()
-            .min(self.config.max_decode_seqs);
+            .min(self.config.step.max_decode_seqs);
         // Where the next prompt tokens start: the furthest prefilling
         // sequence (the dearest tokens).
         let ctx = self
@@ -32,11 +32,11 @@ impl<B: Backend> Owner<B> {
             .map(|s| s.computed_prompt().len())
             .max()
             .unwrap_or(0) as f64;
-        let configured = self.config.prompt_budget;
+        let configured = self.config.step.prompt_budget;
         // The step-time target, where it applies to this step: always, or
         // only while a long prompt is prefilling (`target_min_prompt`).
-        let min_prompt = self.config.target_min_prompt;
-        let target_step = self.config.target_step_ms.filter(|_| {
+        let min_prompt = self.config.step.target_min_prompt;
+        let target_step = self.config.step.target_step_ms.filter(|_| {
             min_prompt == 0
                 || self.seqs.iter().any(|s| {
                     !s.is_decoding() && s.prompt_left() > 0 && s.prompt.len() >= min_prompt
@@ -46,7 +46,7 @@ impl<B: Backend> Owner<B> {
             Some(target) => self.cost.budget(
                 target,
                 decoders,
-                self.config.min_prompt_budget,
+                self.config.step.min_prompt_budget,
                 configured,
                 ctx,
             ),
@@ -63,7 +63,7 @@ impl<B: Backend> Owner<B> {
         }
         self.limits.expedite.clear();
         self.limits.prompt_budget = base;
-        let Some(ttft) = self.config.ttft_target_ms else {
+        let Some(ttft) = self.config.step.ttft_target_ms else {
             return;
         };
         let now = Instant::now();
@@ -75,14 +75,14 @@ impl<B: Backend> Owner<B> {
                 let waited = now.saturating_duration_since(s.arrival()).as_secs_f64() * 1e3;
                 // Short prompts only: the tail of a long prompt is not short
                 // (its tokens cost most, at long context).
-                let short = s.prompt.len() <= self.config.expedite_max_tokens;
+                let short = s.prompt.len() <= self.config.step.expedite_max_tokens;
                 (s.key, s.prompt_left(), short && waited >= ttft)
             })
             .collect();
         let (keys, tokens) = scheduler::overdue(
             &prompts,
-            self.config.expedite_max_tokens,
-            self.config.expedite_max_seqs,
+            self.config.step.expedite_max_tokens,
+            self.config.step.expedite_max_seqs,
         );
         self.limits.expedite = keys;
         let cap = match target_step {

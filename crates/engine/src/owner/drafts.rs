@@ -17,10 +17,10 @@ impl<B: Backend> Owner<B> {
     /// loaded.
     pub(super) fn spec_for(&self, req: Option<crate::request::SpecRequest>) -> (SpecMode, usize) {
         let r = req.unwrap_or_default();
-        let mode = r.mode.unwrap_or(self.config.speculative);
+        let mode = r.mode.unwrap_or(self.config.step.speculative);
         let max = r
             .max_draft
-            .unwrap_or(self.config.draft_max)
+            .unwrap_or(self.config.step.draft_max)
             .min(crate::request::MAX_DRAFT);
         let ok = match mode {
             SpecMode::Off => false,
@@ -82,7 +82,11 @@ impl<B: Backend> Owner<B> {
         // riding in it is work of its own, not time the drafts may spend).
         let room = self.n_batch.saturating_sub(plan.n_tokens());
         let dec = plan.decode.len();
-        let fit = self.config.spec_cost_line.or_else(|| self.spec.fit.line());
+        let fit = self
+            .config
+            .step
+            .spec_cost_line
+            .or_else(|| self.spec.fit.line());
         let mut take = speculate::allot(&cands, dec, dec, room, fit);
         speculate::explore(&mut take, &cands, &unseen, room, (dec, dec, fit));
         let mut by_model = Vec::new();

@@ -314,7 +314,10 @@ pub(crate) fn longest_input(
     model: &crate::runtime::LoadedModel,
     c: &crate::config::EngineConfig,
 ) -> u32 {
-    c.ctx_per_seq.min(model.facts.n_ctx_train.max(1)).max(8)
+    c.admit
+        .ctx_per_seq
+        .min(model.facts.n_ctx_train.max(1))
+        .max(8)
 }
 
 /// An embedding context's sizing: every input is computed in one
@@ -325,13 +328,13 @@ pub(crate) fn embed_params(
     c: &crate::config::EngineConfig,
 ) -> crate::runtime::EmbedParams {
     let longest = longest_input(model, c);
-    let n_batch =
-        longest.max((c.prompt_budget as u32).min(longest.saturating_mul(c.max_seqs as u32)));
+    let n_batch = longest
+        .max((c.step.prompt_budget as u32).min(longest.saturating_mul(c.admit.max_seqs as u32)));
     crate::runtime::EmbedParams {
-        n_seqs: c.max_seqs.max(1),
+        n_seqs: c.admit.max_seqs.max(1),
         n_batch,
-        n_threads: c.n_threads,
-        n_threads_batch: c.n_threads_batch,
+        n_threads: c.model.n_threads,
+        n_threads_batch: c.model.n_threads_batch,
     }
 }
 
@@ -389,7 +392,7 @@ pub(crate) fn spawn(
                 s.prompt_budget = params.n_batch as usize;
                 s.ready = true;
             });
-            let timeout = config.queue_timeout;
+            let timeout = config.admit.queue_timeout;
             let owner = EmbedOwner::new(rt, inbox, stats.clone(), queued, timeout);
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| owner.run()));
             if let Err(p) = r {

@@ -132,9 +132,9 @@ impl<B: Backend> Owner<B> {
             rt,
             vocab,
             limits: StepLimits {
-                prompt_budget: c.prompt_budget,
-                max_prefill_seqs: c.max_prefill_seqs.max(1),
-                max_decode_seqs: c.max_decode_seqs.clamp(1, c.max_seqs),
+                prompt_budget: c.step.prompt_budget,
+                max_prefill_seqs: c.step.max_prefill_seqs.max(1),
+                max_decode_seqs: c.step.max_decode_seqs.clamp(1, c.admit.max_seqs),
                 expedite: Vec::new(),
                 min_chunk: scheduler::EFFICIENT_CHUNK,
             },
@@ -145,8 +145,8 @@ impl<B: Backend> Owner<B> {
             ctx_limit,
             state_model,
             ledger: Ledger::new(match state_model {
-                StateModel::PerToken => u64::from(c.ctx_per_seq) * c.max_seqs as u64,
-                StateModel::PerSequence => c.max_seqs as u64,
+                StateModel::PerToken => u64::from(c.admit.ctx_per_seq) * c.admit.max_seqs as u64,
+                StateModel::PerSequence => c.admit.max_seqs as u64,
             }),
             pressure: false,
             pressure_checked: Instant::now(),
@@ -166,7 +166,7 @@ impl<B: Backend> Owner<B> {
     /// Draft with this runtime of a draft model (same vocabulary, same
     /// slots and context size; checked by the caller).
     pub(crate) fn with_drafter(mut self, rt: B) -> Self {
-        let slots = self.config.max_seqs;
+        let slots = self.config.admit.max_seqs;
         self.spec.drafter = Some(drafter::Drafter::new(rt, slots, self.n_batch));
         self
     }

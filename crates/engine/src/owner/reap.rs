@@ -84,7 +84,7 @@ impl<B: Backend> Owner<B> {
     /// whose reader lags past the policy.
     pub(super) fn reap(&mut self) {
         let now = Instant::now();
-        let timeout = self.config.queue_timeout;
+        let timeout = self.config.admit.queue_timeout;
         let mut i = 0;
         while i < self.queue.waiting.len() {
             let w = &self.queue.waiting[i];
@@ -134,10 +134,10 @@ impl<B: Backend> Owner<B> {
                 });
                 Some(Some(GenerationError::DeadlineExceeded(secs)))
             } else if seq.lagging()
-                && (self.config.slow_reader == crate::config::SlowReaderPolicy::Terminate
+                && (self.config.deliver.slow_reader == crate::config::SlowReaderPolicy::Terminate
                     || seq
                         .paused_since
-                        .zip(self.config.slow_reader_timeout)
+                        .zip(self.config.deliver.slow_reader_timeout)
                         .is_some_and(|(since, limit)| since.elapsed() >= limit))
             {
                 Some(Some(GenerationError::SlowReader(lag)))

@@ -54,7 +54,7 @@ impl<B: Backend> Owner<B> {
     /// step or restore may overwrite an idle slot's old window cells.
     pub(super) fn sync_shared_lo(&mut self) {
         if self.kv.cache.share {
-            for slot in 0..self.config.max_seqs {
+            for slot in 0..self.config.admit.max_seqs {
                 self.sync_lo(slot);
             }
         }
@@ -106,7 +106,7 @@ impl<B: Backend> Owner<B> {
         // (slot, a checkpoint is due: one token before the prompt's end, or
         // a chunk's end an interval past the slot's last checkpoint)
         let every = match self.kv.memory.kind {
-            crate::runtime::MemoryKind::Recurrent { .. } => self.config.checkpoint_interval,
+            crate::runtime::MemoryKind::Recurrent { .. } => self.config.admit.checkpoint_interval,
             _ => 0,
         };
         let mut touched: Vec<(usize, bool)> = Vec::new();
@@ -131,10 +131,11 @@ impl<B: Backend> Owner<B> {
         let held = self.kv.memory.window_cells(|s| cells.len(s));
         let recurrent = match self.kv.memory.kind {
             // (A pure recurrent state is the ledger's own unit.)
-            crate::runtime::MemoryKind::Recurrent { hybrid: true } => (0..self.config.max_seqs)
-                .filter(|&s| cells.len(s) > 0)
-                .count()
-                as u64,
+            crate::runtime::MemoryKind::Recurrent { hybrid: true } => {
+                (0..self.config.admit.max_seqs)
+                    .filter(|&s| cells.len(s) > 0)
+                    .count() as u64
+            }
             _ => 0,
         };
         self.stats.send_modify(|s| {
@@ -153,9 +154,9 @@ impl<B: Backend> Owner<B> {
         if self.kv.memory.budget == 0 || !self.kv.cache.enabled {
             return;
         }
-        let min = self.config.checkpoint_min_tokens.max(2);
+        let min = self.config.admit.checkpoint_min_tokens.max(2);
         let every = match self.kv.memory.kind {
-            crate::runtime::MemoryKind::Recurrent { .. } => self.config.checkpoint_interval,
+            crate::runtime::MemoryKind::Recurrent { .. } => self.config.admit.checkpoint_interval,
             _ => 0,
         };
         for c in &mut plan.chunks {
@@ -185,7 +186,7 @@ impl<B: Backend> Owner<B> {
     /// but not what this one generates after it.
     pub(super) fn take_checkpoint(&mut self, slot: usize) {
         let len = self.kv.cells.len(slot);
-        if len < self.config.checkpoint_min_tokens || !self.kv.memory.wants(0) {
+        if len < self.config.admit.checkpoint_min_tokens || !self.kv.memory.wants(0) {
             return;
         }
         if let Some(data) = self
@@ -208,7 +209,7 @@ impl<B: Backend> Owner<B> {
         let busy = self.busy_slots();
         if self.state_model == crate::admission::kv::StateModel::PerSequence {
             // One recurrent state per slot holding one, whatever its length.
-            let holding = (0..self.config.max_seqs).filter(|&s| self.kv.cells.len(s) > 0);
+            let holding = (0..self.config.admit.max_seqs).filter(|&s| self.kv.cells.len(s) > 0);
             let (held, cached) = holding.fold((0, 0), |(h, c), s| {
                 (h + 1, c + u64::from(!busy.contains(&s)))
             });
@@ -286,7 +287,7 @@ impl<B: Backend> Owner<B> {
             self.kv.memory.kind,
             crate::runtime::MemoryKind::Window { .. }
         ) {
-            for slot in 0..self.config.max_seqs {
+            for slot in 0..self.config.admit.max_seqs {
                 let len = self.kv.cells.len(slot);
                 assert_eq!(self.rt.slot_len(slot), len, "slot {slot} length");
                 if len > 0 {
@@ -462,7 +463,9 @@ impl<B: Backend> Owner<B> {
             })
             .collect();
         rows.sort_unstable();
-        let n_ubatch = (self.config.n_ubatch as usize).min(self.n_batch).max(1);
+        let n_ubatch = (self.config.model.n_ubatch as usize)
+            .min(self.n_batch)
+            .max(1);
         if self.kv.cache.share {
             rows.iter().map(|r| r.1).sum::<usize>().div_ceil(n_ubatch)
         } else {

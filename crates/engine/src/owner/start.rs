@@ -26,27 +26,27 @@ pub(crate) fn spawn(args: OwnerArgs) -> Result<std::thread::JoinHandle<()>, Load
 /// Most prompt tokens one step may carry: the budget plus what the TTFT
 /// target may expedite.
 pub(super) fn max_step_prompt(c: &EngineConfig) -> usize {
-    let expedite = if c.ttft_target_ms.is_some() {
-        2 * c.expedite_max_tokens * c.expedite_max_seqs
+    let expedite = if c.step.ttft_target_ms.is_some() {
+        2 * c.step.expedite_max_tokens * c.step.expedite_max_seqs
     } else {
         0
     };
-    c.prompt_budget + expedite
+    c.step.prompt_budget + expedite
 }
 
 pub(crate) fn runtime_params(c: &EngineConfig) -> RuntimeParams {
-    let n_batch = (max_step_prompt(c) + c.max_seqs).max(8) as u32;
+    let n_batch = (max_step_prompt(c) + c.admit.max_seqs).max(8) as u32;
     RuntimeParams {
-        n_seqs: c.max_seqs,
-        ctx_per_seq: c.ctx_per_seq,
+        n_seqs: c.admit.max_seqs,
+        ctx_per_seq: c.admit.ctx_per_seq,
         n_batch,
-        n_ubatch: c.n_ubatch.min(n_batch),
-        n_threads: c.n_threads,
-        n_threads_batch: c.n_threads_batch,
-        flash_attn: c.flash_attn,
-        kv_q8: c.kv_q8,
-        kv_unified: c.kv_unified,
-        swa_full: c.swa_full,
+        n_ubatch: c.model.n_ubatch.min(n_batch),
+        n_threads: c.model.n_threads,
+        n_threads_batch: c.model.n_threads_batch,
+        flash_attn: c.model.flash_attn,
+        kv_q8: c.model.kv_q8,
+        kv_unified: c.model.kv_unified,
+        swa_full: c.model.swa_full,
     }
 }
 
@@ -77,7 +77,7 @@ fn owner_main(args: OwnerArgs, ok: std::sync::mpsc::SyncSender<Result<(), LoadEr
         }
     };
     // The adapters named at start: one that does not load stops the start.
-    for a in &parts.config.adapters {
+    for a in &parts.config.model.adapters {
         match rt.load_adapter(&a.path) {
             Ok(id) => {
                 if let Ok(mut list) = parts.adapters.write() {
@@ -106,16 +106,16 @@ fn owner_main(args: OwnerArgs, ok: std::sync::mpsc::SyncSender<Result<(), LoadEr
         return;
     }
     let warmup_ms = t.elapsed().as_secs_f64() * 1e3;
-    let kind = MemoryKind::of(&model.facts, parts.config.swa_full);
+    let kind = MemoryKind::of(&model.facts, parts.config.model.swa_full);
     let sizes = memstate::measure(&mut rt, kind, &model.tokenize("Hello, world", true, false));
     let c = &parts.config;
-    let measured = sizes.per_seq(kind, c.ctx_per_seq, runtime_params(c).n_ubatch);
+    let measured = sizes.per_seq(kind, c.admit.ctx_per_seq, runtime_params(c).n_ubatch);
     let per_seq = if measured > 0 {
         measured
     } else {
-        u64::from(c.ctx_per_seq) * model.kv_bytes_per_token(c.kv_q8)
+        u64::from(c.admit.ctx_per_seq) * model.kv_bytes_per_token(c.model.kv_q8)
     };
-    let kv_pool = per_seq * c.max_seqs as u64;
+    let kv_pool = per_seq * c.admit.max_seqs as u64;
     let grown = crate::admission::memory::rss_bytes()
         .unwrap_or(0)
         .saturating_sub(rss_before);
@@ -126,7 +126,8 @@ fn owner_main(args: OwnerArgs, ok: std::sync::mpsc::SyncSender<Result<(), LoadEr
         bytes_per_cell = sizes.per_cell,
         window_bytes_per_cell = sizes.window_per_cell,
         recurrent_bytes_per_slot = sizes.per_slot,
-        checkpoints = kind != MemoryKind::Attention && c.checkpoint_bytes > 0 && c.prefix_cache,
+        checkpoints =
+            kind != MemoryKind::Attention && c.admit.checkpoint_bytes > 0 && c.admit.prefix_cache,
         "model memory"
     );
     tracing::info!(warmup_ms, "warm-up step done; ready");
@@ -134,7 +135,7 @@ fn owner_main(args: OwnerArgs, ok: std::sync::mpsc::SyncSender<Result<(), LoadEr
         s.warmup_ms = warmup_ms;
         s.compute_bytes = compute_bytes;
         s.kv_pool_bytes = kv_pool;
-        s.slots_total = c.max_seqs;
+        s.slots_total = c.admit.max_seqs;
         s.memory_kind = kind.name();
         s.swa_window = match kind {
             MemoryKind::Window { n_swa } => n_swa,
@@ -145,18 +146,22 @@ fn owner_main(args: OwnerArgs, ok: std::sync::mpsc::SyncSender<Result<(), LoadEr
         if kind == (MemoryKind::Recurrent { hybrid: false }) {
             // The ledger's unit is a slot's state.
             s.kv_bytes_per_cell = sizes.per_slot;
-            s.kv_cells_total = c.max_seqs as u64;
+            s.kv_cells_total = c.admit.max_seqs as u64;
         } else {
             s.kv_bytes_per_cell = if sizes.per_cell > 0 {
                 sizes.per_cell
             } else {
-                model.kv_bytes_per_token(c.kv_q8)
+                model.kv_bytes_per_token(c.model.kv_q8)
             };
-            s.kv_cells_total = u64::from(c.ctx_per_seq) * c.max_seqs as u64;
+            s.kv_cells_total = u64::from(c.admit.ctx_per_seq) * c.admit.max_seqs as u64;
         }
         s.ready = true;
     });
-    let ctx_limit = parts.config.ctx_per_seq.min(model.facts.n_ctx_train.max(1));
+    let ctx_limit = parts
+        .config
+        .admit
+        .ctx_per_seq
+        .min(model.facts.n_ctx_train.max(1));
     let mut owner = Owner::new(rt, model.vocab.clone(), kind, ctx_limit, parts);
     if let Some(d) = draft_rt {
         owner = owner.with_drafter(d);
@@ -189,9 +194,9 @@ fn warm_up(
     rt.decode()?;
     let _ = rt.logits(idx);
     rt.clear_slot(0);
-    if c.n_gpu_layers > 0 && !prompt.is_empty() {
+    if c.model.n_gpu_layers > 0 && !prompt.is_empty() {
         let params = runtime_params(c);
-        let len = (params.n_ubatch as usize).min((c.ctx_per_seq as usize).saturating_sub(1));
+        let len = (params.n_ubatch as usize).min((c.admit.ctx_per_seq as usize).saturating_sub(1));
         if len == 0 {
             return Ok(());
         }
@@ -202,7 +207,7 @@ fn warm_up(
         rt.decode()?;
         rt.clear();
         rt.clear_slot(0);
-        let width = c.max_seqs.min(params.n_batch as usize);
+        let width = c.admit.max_seqs.min(params.n_batch as usize);
         for s in 0..width {
             rt.push(next, 0, s, true)?;
         }

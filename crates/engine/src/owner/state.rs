@@ -77,7 +77,11 @@ pub(crate) struct KvState {
 
 impl KvState {
     pub fn new(c: &EngineConfig, kind: MemoryKind, state_base: Option<usize>) -> Self {
-        let mut cache = PrefixCache::new(c.prefix_cache, c.prefix_copy_min, c.kv_unified);
+        let mut cache = PrefixCache::new(
+            c.admit.prefix_cache,
+            c.admit.prefix_copy_min,
+            c.model.kv_unified,
+        );
         cache.exact = kind == MemoryKind::Attention;
         // No copies of a recurrent state (a copy cannot be cut short), nor
         // of window cells in a unified pool: llama.cpp never overwrites a
@@ -86,33 +90,34 @@ impl KvState {
         // a step finds no room.
         cache.copies = match kind {
             MemoryKind::Recurrent { .. } => false,
-            MemoryKind::Window { .. } => !c.kv_unified,
+            MemoryKind::Window { .. } => !c.model.kv_unified,
             MemoryKind::Attention => true,
         };
         // KV events: blocks are only meaningful where cells are reusable at
         // any length (full attention).
         let out = c
+            .deliver
             .kv_events
             .clone()
             .filter(|_| kind == MemoryKind::Attention)
-            .map(|s| KvOut::new(s, c.n_gpu_layers > 0));
-        let mut cells = CellTrie::new(c.kv_unified);
+            .map(|s| KvOut::new(s, c.model.n_gpu_layers > 0));
+        let mut cells = CellTrie::new(c.model.kv_unified);
         if out.is_some() {
             cells.track_blocks();
         }
         // (The host tier's entries restart only where their saved state
         // reaches.)
-        let host_bytes = if c.prefix_cache {
-            c.prefix_host_bytes
+        let host_bytes = if c.admit.prefix_cache {
+            c.admit.prefix_host_bytes
         } else {
             0
         };
         KvState {
-            free_slots: (0..c.max_seqs).collect(),
+            free_slots: (0..c.admit.max_seqs).collect(),
             cache,
-            host: HostTier::new(host_bytes, c.prefix_host_min),
+            host: HostTier::new(host_bytes, c.admit.prefix_host_min),
             cells,
-            memory: SlotMemory::new(kind, c.max_seqs, c.checkpoint_bytes),
+            memory: SlotMemory::new(kind, c.admit.max_seqs, c.admit.checkpoint_bytes),
             pinned: Vec::new(),
             state_base,
             state_sampled: None,

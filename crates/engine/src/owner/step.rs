@@ -116,7 +116,7 @@ impl<B: Backend> Owner<B> {
         }
         let mut plan = scheduler::plan(&views, &self.limits);
         scheduler::pad_tails(&mut plan, &views);
-        scheduler::align_chunks(&mut plan, &views, self.config.chunk_align);
+        scheduler::align_chunks(&mut plan, &views, self.config.step.chunk_align);
         scheduler::fit(&mut plan, &views, self.n_batch);
         let isolated = self.isolate(&mut plan);
         self.stop_before_last(&mut plan);
@@ -234,7 +234,7 @@ impl<B: Backend> Owner<B> {
                 Some(rows::Job(out(row), drafts, seq))
             })
             .collect();
-        rows::emit(jobs, &self.vocab, self.config.sample_threads);
+        rows::emit(jobs, &self.vocab, self.config.sample.sample_threads);
         let drafts: usize = self.seqs.iter().map(|s| s.drafts.len()).sum();
         // For the trace only (the drafts it counts end below).
         let passes = tracing::enabled!(tracing::Level::TRACE).then(|| self.passes(plan));

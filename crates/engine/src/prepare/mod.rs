@@ -140,7 +140,8 @@ impl Preparer {
             texts.iter().map(|(_, t)| t.clone()),
         ));
         let names: Vec<String> = texts.iter().map(|(_, t)| t.clone()).collect();
-        let chat = crate::prepare::chat::setup(&model, &names, config.chat_template.as_ref())?;
+        let chat =
+            crate::prepare::chat::setup(&model, &names, config.prepare.chat_template.as_ref())?;
         let special_ids: std::collections::HashMap<String, TokenId> =
             texts.iter().map(|(id, t)| (t.clone(), *id)).collect();
         let table = |wanted: &[&str]| {
@@ -156,14 +157,14 @@ impl Preparer {
         let reasoning_markers = table(&chat.family.reasoning_markers());
         let tokenizer = Pool::new(
             "steward-tok",
-            config.tokenizer_threads,
-            config.tokenizer_queue,
+            config.prepare.tokenizer_threads,
+            config.prepare.tokenizer_queue,
             None,
         );
         let grammar = Pool::new(
             "steward-grammar",
-            config.grammar_threads,
-            config.grammar_queue,
+            config.prepare.grammar_threads,
+            config.prepare.grammar_queue,
             Some(GRAMMAR_STACK),
         );
         let max_token_bytes = model
@@ -178,7 +179,7 @@ impl Preparer {
             chat: Arc::new(chat),
             tokenizer,
             grammar,
-            grammar_timeout: config.grammar_timeout,
+            grammar_timeout: config.prepare.grammar_timeout,
             max_token_bytes,
             specials,
             markers: Arc::new(markers),

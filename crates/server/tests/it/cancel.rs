@@ -25,7 +25,7 @@ async fn start_with(
 ) -> (String, EngineHandle) {
     let path = steward_engine::fetch::ensure_default_model().expect("default model");
     let mut c = EngineConfig::new(path);
-    c.served_name = "smol".into();
+    c.model.served_name = "smol".into();
     tweak(&mut c);
     let engine = Engine::start(c).expect("engine");
     assert!(engine.wait_ready().await);
@@ -89,9 +89,9 @@ async fn wait_for(engine: &EngineHandle, what: &str, done: impl Fn(&EngineStats)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_leaving_mid_decode_and_mid_prefill_cost_nothing_after() {
     let (base, engine) = start(|c| {
-        c.max_seqs = 22;
-        c.ctx_per_seq = 3300;
-        c.prompt_budget = 64;
+        c.admit.max_seqs = 22;
+        c.admit.ctx_per_seq = 3300;
+        c.step.prompt_budget = 64;
     })
     .await;
     let client = reqwest::Client::new();
@@ -221,13 +221,13 @@ async fn fast_streams(client: &reqwest::Client, base: &str, n: usize) -> Vec<usi
 async fn slow_reader_is_paused_and_does_not_slow_the_others() {
     let (base, engine) = start_with(
         |c| {
-            c.max_seqs = 4;
-            c.ctx_per_seq = 1024;
-            c.outbox_capacity = 4;
-            c.max_lag_tokens = 16;
+            c.admit.max_seqs = 4;
+            c.admit.ctx_per_seq = 1024;
+            c.deliver.outbox_capacity = 4;
+            c.deliver.max_lag_tokens = 16;
             // Paused for as long as the test needs (the timeout that ends
             // a paused reader has its own test on the fake backend).
-            c.slow_reader_timeout = None;
+            c.deliver.slow_reader_timeout = None;
         },
         Some(8192),
     )

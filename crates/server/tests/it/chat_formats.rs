@@ -53,7 +53,7 @@ async fn template_fields_are_checked() {
 /// alone in the shapes of the whole one, so they read the same text.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prefill_continues_and_reasoning_is_read_back() {
-    let s = server_with(None, |c| c.prefix_cache = false).await;
+    let s = server_with(None, |c| c.admit.prefix_cache = false).await;
     // A final assistant message is continued, not closed.
     let body = json!({"messages": [{"role": "user", "content": "Name a color."}, {"role": "assistant", "content": "My favourite color is"}]});
     let (st, _, v) = s.post("/apply-template", &body.to_string()).await;

@@ -27,10 +27,10 @@ fn gguf(name: &str) -> std::path::PathBuf {
 
 async fn serve(path: std::path::PathBuf, name: &str) -> common::Server {
     let mut c = EngineConfig::new(path);
-    c.served_name = name.into();
-    c.max_seqs = 8;
-    c.n_threads = 2;
-    c.n_threads_batch = 2;
+    c.model.served_name = name.into();
+    c.admit.max_seqs = 8;
+    c.model.n_threads = 2;
+    c.model.n_threads_batch = 2;
     let engine = Engine::start(c).expect("engine");
     assert!(engine.wait_ready().await);
     let state = steward_server::AppState::with_options(Default::default());

@@ -72,12 +72,12 @@ fn stem(p: &Path) -> String {
 
 fn start(model: &Path) -> EngineHandle {
     let mut c = EngineConfig::new(model.to_path_buf());
-    c.served_name = "t".into();
-    c.max_seqs = 1;
-    c.ctx_per_seq = 2048;
-    c.prompt_budget = 512;
-    c.progress = false;
-    c.prefix_cache = false;
+    c.model.served_name = "t".into();
+    c.admit.max_seqs = 1;
+    c.admit.ctx_per_seq = 2048;
+    c.step.prompt_budget = 512;
+    c.model.progress = false;
+    c.admit.prefix_cache = false;
     Engine::start(c).unwrap_or_else(|e| panic!("{}: {e}", model.display()))
 }
 

@@ -291,8 +291,8 @@ fn the_strict_parser_refuses_what_the_picker_refuses() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_hold_the_gateway_contract_through_a_burst_past_max_seqs() {
     let s = common::server_with(None, |c| {
-        c.max_seqs = 2;
-        c.prompt_budget = 64;
+        c.admit.max_seqs = 2;
+        c.step.prompt_budget = 64;
     })
     .await;
     let idle = parse_strict(&s.get_text("/metrics").await).expect("strict parse, idle");

@@ -401,7 +401,7 @@ async fn hostile_grammars_get_an_answer_and_the_process_stays_up() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn n_above_the_free_slots_completes_streamed_and_whole() {
-    let s = server_with(None, |c| c.max_seqs = 1).await;
+    let s = server_with(None, |c| c.admit.max_seqs = 1).await;
     let body = chat_body("Count.", json!({"n": 3, "max_tokens": 4}));
     let (st, _, v) = s.post("/v1/chat/completions", &body.to_string()).await;
     assert_eq!(st, 200, "{v}");

@@ -14,7 +14,7 @@ use steward_engine::{Engine, EngineConfig};
 /// same shapes, so the streamed run is the whole run exactly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streamed_text_equals_non_streamed_for_both_endpoints() {
-    let s = server_with(None, |c| c.prefix_cache = false).await;
+    let s = server_with(None, |c| c.admit.prefix_cache = false).await;
     let body = chat_body("Name a fruit and describe it.", json!({}));
     let (st, _, full) = s.post("/v1/chat/completions", &body.to_string()).await;
     assert_eq!(st, 200, "{full}");
@@ -57,7 +57,7 @@ async fn streamed_text_equals_non_streamed_for_both_endpoints() {
 /// in the same shapes, so it is cut exactly at the stop string.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stop_strings_and_multibyte_over_http() {
-    let s = server_with(None, |c| c.prefix_cache = false).await;
+    let s = server_with(None, |c| c.admit.prefix_cache = false).await;
     let body = chat_body("Write a sentence about the sea.", json!({"max_tokens": 24}));
     let (_, _, full) = s.post("/v1/chat/completions", &body.to_string()).await;
     let text = full["choices"][0]["message"]["content"]
@@ -307,8 +307,8 @@ async fn disconnect_mid_stream_is_cancelled_and_visible_in_metrics() {
     // Room for a request that cannot end before its client hangs up: 3,000
     // tokens, no end-of-generation (minutes of decoding).
     let s = server_with(None, |c| {
-        c.max_seqs = 1;
-        c.ctx_per_seq = 4096;
+        c.admit.max_seqs = 1;
+        c.admit.ctx_per_seq = 4096;
     })
     .await;
     let before = s.metric("steward_requests_cancelled_total").await;
@@ -373,9 +373,9 @@ async fn hold(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn full_queue_answers_429_with_retry_after() {
     let s = server_with(None, |c| {
-        c.max_seqs = 1;
-        c.max_waiting = 1;
-        c.ctx_per_seq = 4096;
+        c.admit.max_seqs = 1;
+        c.admit.max_waiting = 1;
+        c.admit.ctx_per_seq = 4096;
     })
     .await;
     let (leave, holder) = hold(&s).await;
@@ -428,10 +428,10 @@ async fn queue_timeout_is_503_and_rejections_leave_no_reservation() {
     // The only slot is held (`hold`) until both requests have timed out in
     // the queue: they time out whatever the machine's speed.
     let s = server_with(None, |c| {
-        c.max_seqs = 1;
-        c.max_waiting = 4;
-        c.ctx_per_seq = 4096;
-        c.queue_timeout = Some(Duration::from_millis(300));
+        c.admit.max_seqs = 1;
+        c.admit.max_waiting = 4;
+        c.admit.ctx_per_seq = 4096;
+        c.admit.queue_timeout = Some(Duration::from_millis(300));
     })
     .await;
     let (leave, holder) = hold(&s).await;
@@ -464,12 +464,12 @@ async fn queue_timeout_is_503_and_rejections_leave_no_reservation() {
 async fn keep_alive_comments_flow_while_a_long_prompt_prefills() {
     let path = steward_engine::fetch::ensure_default_model().expect("default model");
     let mut c = EngineConfig::new(path);
-    c.max_seqs = 2;
-    c.ctx_per_seq = 2048;
+    c.admit.max_seqs = 2;
+    c.admit.ctx_per_seq = 2048;
     // ~45 steps of prompt before the first token: longer than the 10 ms
     // keep-alive interval on any machine, loaded or not (the answer starts
     // at admission; the first data only after the prefill).
-    c.prompt_budget = 16;
+    c.step.prompt_budget = 16;
     let engine = Engine::start(c).expect("engine");
     assert!(engine.wait_ready().await);
     let state = steward_server::AppState::with_keepalive(engine, None, Duration::from_millis(10));
@@ -504,7 +504,7 @@ async fn keep_alive_comments_flow_while_a_long_prompt_prefills() {
 /// the whole one, so its logprobs are the same numbers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn logprobs_chat_and_completion_scoring_agree() {
-    let s = server_with(None, |c| c.prefix_cache = false).await;
+    let s = server_with(None, |c| c.admit.prefix_cache = false).await;
     // Chat logprobs, streamed and not, agree; alternatives are sorted.
     let body = chat_body(
         "Name a color.",
@@ -657,8 +657,8 @@ async fn debug_requests_lists_live_requests_with_state() {
     // A request that cannot end while the test looks (3,000 tokens, no
     // end-of-generation); it leaves when its client does.
     let s = server_with(None, |c| {
-        c.max_seqs = 1;
-        c.ctx_per_seq = 4096;
+        c.admit.max_seqs = 1;
+        c.admit.ctx_per_seq = 4096;
     })
     .await;
     let (leave, reader) = hold(&s).await;

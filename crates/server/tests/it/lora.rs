@@ -80,11 +80,11 @@ async fn lora_adapters_on_the_default_model() {
     let base = steward_engine::fetch::ensure_default_model().unwrap();
     let (a, b) = (adapter(&base, 0), adapter(&base, 1));
     let mut c = EngineConfig::new(base.clone());
-    c.max_seqs = 4;
-    c.ctx_per_seq = 512;
-    c.prompt_budget = 64;
-    c.prefix_host_bytes = 0;
-    c.adapters = vec![
+    c.admit.max_seqs = 4;
+    c.admit.ctx_per_seq = 512;
+    c.step.prompt_budget = 64;
+    c.admit.prefix_host_bytes = 0;
+    c.model.adapters = vec![
         AdapterSpec {
             name: "a".into(),
             path: a.clone(),

@@ -37,7 +37,7 @@ fn streamed_calls(chunks: &[Value]) -> (Vec<(String, String)>, String) {
 /// whole one, so it is the same text exactly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn structured_output_json_schema_grammar_and_bad_schemas() {
-    let s = server_with(None, |c| c.prefix_cache = false).await;
+    let s = server_with(None, |c| c.admit.prefix_cache = false).await;
     let schema = json!({
         "type": "object",
         "properties": {
@@ -143,7 +143,7 @@ async fn structured_output_json_schema_grammar_and_bad_schemas() {
 /// exactly. `n` (which shares the prompt through the cache) on one with.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forced_tool_calls_parse_streamed_and_not_and_n_shares_the_prompt() {
-    let s = server_with(None, |c| c.prefix_cache = false).await;
+    let s = server_with(None, |c| c.admit.prefix_cache = false).await;
     let params = json!({
         "type": "object",
         "properties": {
@@ -304,7 +304,7 @@ async fn forced_tool_calls_parse_streamed_and_not_and_n_shares_the_prompt() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn device_greedy_sampling_matches_host_greedy() {
-    let s = server_with(None, |c| c.device_sampling = true).await;
+    let s = server_with(None, |c| c.sample.device_sampling = true).await;
     let greedy = chat_body(
         "Tell me about the moon.",
         json!({"max_tokens": 24, "timings": true}),

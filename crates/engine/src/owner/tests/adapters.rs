@@ -7,8 +7,8 @@ use super::*;
 
 fn cfg(slots: usize, cache: bool) -> EngineConfig {
     let mut c = config(slots, 16);
-    c.prefix_cache = cache;
-    c.prefix_copy_min = 8;
+    c.admit.prefix_cache = cache;
+    c.admit.prefix_copy_min = 8;
     c
 }
 
@@ -58,7 +58,7 @@ fn an_adapter_changes_output_and_scale_zero_is_the_base() {
 fn mixed_traffic_equals_solo_runs_and_sets_take_turns() {
     let sets: [&[(usize, f32)]; 4] = [&[], &[(0, 1.0)], &[(1, 0.5)], &[(0, 1.0), (1, 1.0)]];
     let mut c = cfg(4, false);
-    c.adapter_slice = 1;
+    c.step.adapter_slice = 1;
     let mut h = with_adapters(c, 2);
     let mut rxs = Vec::new();
     for (i, set) in sets.iter().enumerate() {
@@ -79,7 +79,7 @@ fn mixed_traffic_equals_solo_runs_and_sets_take_turns() {
 #[test]
 fn a_longer_slice_switches_less_and_outputs_stay_the_same() {
     let mut c = cfg(4, false);
-    c.adapter_slice = 4;
+    c.step.adapter_slice = 4;
     let mut h = with_adapters(c, 1);
     let p = prompt(3, 10);
     let mut a = h.send(req(&p, 12, "a", &[]), 4096);

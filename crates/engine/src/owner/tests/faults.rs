@@ -65,7 +65,7 @@ fn a_fault_during_a_padded_prefill_is_undone_before_the_retry() {
     // One long prompt prefilling in chunks beside a decoder; the decoder's
     // slot faults once: the prompt's chunk is undone and computed again.
     let mut c = config(2, 8);
-    c.max_prefill_seqs = 1;
+    c.step.max_prefill_seqs = 1;
     let mut h = harness(c);
     let mut a = h.submit(4, 30, &[]);
     h.ticks(2);
@@ -117,7 +117,7 @@ fn tokens_without_text_are_not_a_readers_lag() {
     let words: Vec<&str> = want.split_inclusive(' ').collect();
     let stop = format!("{}zz", words[..8].concat());
     let mut c = config(1, 64);
-    c.max_lag_tokens = 2;
+    c.deliver.max_lag_tokens = 2;
     let mut h = harness(c);
     let mut rx = h.submit(10, 12, &[stop.as_str()]);
     h.run_idle();

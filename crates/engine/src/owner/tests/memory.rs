@@ -12,10 +12,10 @@ const WINDOW: FakeMemory = FakeMemory::Window { n_swa: 8, size: 24 };
 
 fn cfg(slots: usize, cache: bool) -> EngineConfig {
     let mut c = config(slots, 16);
-    c.prefix_cache = cache;
-    c.prefix_copy_min = 8;
-    c.ctx_per_seq = 160;
-    c.checkpoint_min_tokens = 16;
+    c.admit.prefix_cache = cache;
+    c.admit.prefix_copy_min = 8;
+    c.admit.ctx_per_seq = 160;
+    c.admit.checkpoint_min_tokens = 16;
     c
 }
 
@@ -111,7 +111,7 @@ fn a_recurrent_model_reuses_whole_states_and_checkpoints() {
 #[test]
 fn without_checkpoints_a_window_model_recomputes_rather_than_reads_overwritten_cells() {
     let mut c = cfg(1, true);
-    c.checkpoint_bytes = 0;
+    c.admit.checkpoint_bytes = 0;
     let mut h = harness_kind(c, WINDOW);
     let p = text(6, 40);
     run(&mut h, &p, 60, "long");
@@ -137,7 +137,7 @@ fn random_traffic_on_windows_and_recurrent_states_matches_cold_runs() {
         (FakeMemory::Recurrent, true),
     ] {
         let mut c = cfg(3, true);
-        c.kv_unified = unified;
+        c.model.kv_unified = unified;
         let mut h = harness_kind(c, memory);
         let mut state = 0x2545_F491_4F6C_DD1D_u64;
         let mut next = move |n: usize| {
@@ -208,9 +208,9 @@ fn random_traffic_on_windows_and_recurrent_states_matches_cold_runs() {
 fn the_host_tier_restores_window_and_recurrent_state_only_where_it_reaches() {
     for memory in [WINDOW, FakeMemory::Recurrent] {
         let mut c = cfg(1, true);
-        c.prefix_host_min = 8;
-        c.prefix_host_bytes = 1 << 20;
-        c.checkpoint_bytes = 0;
+        c.admit.prefix_host_min = 8;
+        c.admit.prefix_host_bytes = 1 << 20;
+        c.admit.checkpoint_bytes = 0;
         let mut h = harness_kind(c, memory);
         let a = text(8, 40);
         let b = text(9, 40);
@@ -244,8 +244,8 @@ fn the_host_tier_restores_window_and_recurrent_state_only_where_it_reaches() {
 #[test]
 fn a_restore_that_can_never_fit_is_computed_instead() {
     let mut c = cfg(1, true);
-    c.prefix_host_min = 8;
-    c.prefix_host_bytes = 1 << 20;
+    c.admit.prefix_host_min = 8;
+    c.admit.prefix_host_bytes = 1 << 20;
     let mut h = harness_kind(c, FakeMemory::Attention);
     let a = text(11, 100);
     run(&mut h, &a, 4, "a");
@@ -264,7 +264,7 @@ fn a_restore_that_can_never_fit_is_computed_instead() {
 #[test]
 fn a_shared_system_prompt_restarts_from_an_interval_checkpoint() {
     let mut c = cfg(2, true);
-    c.checkpoint_interval = 16;
+    c.admit.checkpoint_interval = 16;
     let mut h = harness_kind(c, FakeMemory::Recurrent);
     let system = text(15, 40);
     let a = [&system[..], &text(16, 10)[..]].concat();

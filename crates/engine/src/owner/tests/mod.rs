@@ -25,15 +25,15 @@ struct Harness {
 
 fn config(slots: usize, budget: usize) -> EngineConfig {
     let mut c = EngineConfig::new("fake.gguf".into());
-    c.max_seqs = slots;
-    c.ctx_per_seq = 512;
-    c.prompt_budget = budget;
-    c.max_prefill_seqs = 4;
-    c.max_decode_seqs = slots;
-    c.max_waiting = 8;
+    c.admit.max_seqs = slots;
+    c.admit.ctx_per_seq = 512;
+    c.step.prompt_budget = budget;
+    c.step.max_prefill_seqs = 4;
+    c.step.max_decode_seqs = slots;
+    c.admit.max_waiting = 8;
     // Most tests check that every cell is released; the prefix cache keeps
     // cells on purpose and has its own tests below.
-    c.prefix_cache = false;
+    c.admit.prefix_cache = false;
     c
 }
 
@@ -68,10 +68,10 @@ fn harness(c: EngineConfig) -> Harness {
 
 /// A harness over a fake backend that models a memory kind.
 fn harness_kind(c: EngineConfig, memory: FakeMemory) -> Harness {
-    let (tx, rx) = mpsc::channel(c.max_waiting);
+    let (tx, rx) = mpsc::channel(c.admit.max_waiting);
     let (stats_tx, stats) = watch::channel(EngineStats::default());
     let queued = Arc::new(AtomicUsize::new(0));
-    let slots = c.max_seqs;
+    let slots = c.admit.max_seqs;
     let args = OwnerParts {
         config: c,
         inbox: rx,
@@ -201,7 +201,7 @@ impl Harness {
         assert_eq!((l.permits(), l.used(), l.reserved()), (0, 0, 0), "ledger");
         assert_eq!(
             self.owner.kv.free_slots.len(),
-            self.owner.config.max_seqs,
+            self.owner.config.admit.max_seqs,
             "slots"
         );
         assert!(self.owner.rt.kv.iter().all(|s| s.is_empty()), "kv cells");
@@ -343,7 +343,7 @@ fn queue_timeout_answers_and_leaves_nothing_behind() {
     assert_eq!(h.owner.seqs.len(), 1, "`a` holds the only slot");
     // The timeout from here on (set before, a stall between `a`'s intake and
     // admission on a loaded machine would time `a` out too).
-    h.owner.config.queue_timeout = Some(Duration::from_millis(20));
+    h.owner.config.admit.queue_timeout = Some(Duration::from_millis(20));
     let mut b = h.submit(10, 5, &[]);
     h.ticks(1);
     std::thread::sleep(Duration::from_millis(30));
@@ -367,8 +367,8 @@ fn queue_timeout_answers_and_leaves_nothing_behind() {
 #[test]
 fn step_target_applies_only_while_a_long_prompt_prefills() {
     let mut c = config(4, 256);
-    c.target_step_ms = Some(50.0);
-    c.target_min_prompt = 200;
+    c.step.target_step_ms = Some(50.0);
+    c.step.target_min_prompt = 200;
     let mut h = harness(c);
     let decoder = h.submit(4, 400, &[]);
     h.ticks(3);
@@ -593,10 +593,10 @@ fn disconnect_in_each_state_is_counted_by_state_with_latency() {
 #[test]
 fn slow_reader_is_paused_then_bounded_then_ended() {
     let mut c = config(2, 64);
-    c.max_lag_tokens = 8;
+    c.deliver.max_lag_tokens = 8;
     // No timeout while the ticks below run (they may take any time on a
     // loaded machine); it is set, and waited past, further down.
-    c.slow_reader_timeout = None;
+    c.deliver.slow_reader_timeout = None;
     let mut h = harness(c);
     // A reader whose outbox holds only 2 events and never reads.
     let mut slow = h.send(request(vec![1, 2, 3], 500, &[], None, "slow", false), 2);
@@ -613,7 +613,7 @@ fn slow_reader_is_paused_then_bounded_then_ended() {
     assert_eq!(done(&f).completion_tokens, 60);
     // Past the timeout it is ended with a clear error, queued behind its
     // backlog (paused for 60 ms at least by then, whatever the load).
-    h.owner.config.slow_reader_timeout = Some(Duration::from_millis(50));
+    h.owner.config.deliver.slow_reader_timeout = Some(Duration::from_millis(50));
     std::thread::sleep(Duration::from_millis(60));
     h.ticks(1);
     assert_eq!(h.stats.borrow().requests_slow_reader_terminated, 1);
@@ -644,9 +644,9 @@ mod prefix;
 fn rows_on_helper_threads_match_one_thread() {
     let run = |threads: usize| {
         let mut c = config(24, 1024);
-        c.max_prefill_seqs = 24;
-        c.max_waiting = 32;
-        c.sample_threads = threads;
+        c.step.max_prefill_seqs = 24;
+        c.admit.max_waiting = 32;
+        c.sample.sample_threads = threads;
         let mut h = harness(c);
         let mut rxs: Vec<_> = (0..24)
             .map(|i| {
@@ -689,8 +689,8 @@ fn rows_on_helper_threads_match_one_thread() {
 fn aligned_chunks_match_unaligned_output() {
     let run = |align: usize| {
         let mut c = config(8, 1024);
-        c.max_prefill_seqs = 8;
-        c.chunk_align = align;
+        c.step.max_prefill_seqs = 8;
+        c.step.chunk_align = align;
         let mut h = harness(c);
         let mut rxs: Vec<_> = (0..8)
             .map(|i| h.submit_with(40 + 13 * i, 6, &[], None, &format!("r{i}")))

@@ -6,8 +6,8 @@ use crate::admission::kv::StateModel;
 
 fn cached_config(slots: usize) -> EngineConfig {
     let mut c = config(slots, 16);
-    c.prefix_cache = true;
-    c.prefix_copy_min = 8;
+    c.admit.prefix_cache = true;
+    c.admit.prefix_copy_min = 8;
     c
 }
 
@@ -23,7 +23,7 @@ impl Harness {
         let cache = &self.owner.kv.cache;
         assert_eq!(
             self.owner.kv.free_slots.len() + cache.len(),
-            self.owner.config.max_seqs,
+            self.owner.config.admit.max_seqs,
             "slots"
         );
         for e in cache.entries() {
@@ -50,7 +50,7 @@ impl Harness {
             return;
         }
         let held = self.owner.kv.cells.cells();
-        if self.owner.config.kv_unified {
+        if self.owner.config.model.kv_unified {
             assert!(held <= entries);
         } else {
             assert_eq!(held, entries);
@@ -107,8 +107,8 @@ fn a_repeated_prompt_reuses_all_but_its_last_token_with_the_same_output() {
 /// evicts its entry, which goes to the host tier.
 fn spilled(p: &[TokenId]) -> Harness {
     let mut c = cached_config(1);
-    c.prefix_host_bytes = 1 << 20;
-    c.prefix_host_min = 8;
+    c.admit.prefix_host_bytes = 1 << 20;
+    c.admit.prefix_host_min = 8;
     let mut h = harness(c);
     let mut a = h.submit_tokens(p, 6, "a");
     h.run_idle();
@@ -176,13 +176,13 @@ fn a_restore_planned_before_evictions_finds_its_entry_again() {
     // the planned index.
     let d = prompt(3, 41);
     let mut c = config(2, 16);
-    c.ctx_per_seq = 256;
+    c.admit.ctx_per_seq = 256;
     let want = reference(c, &d, 200);
 
     let mut c = cached_config(2);
-    c.ctx_per_seq = 256;
-    c.prefix_host_bytes = 200; // one 45-token entry (4 bytes a token here)
-    c.prefix_host_min = 8;
+    c.admit.ctx_per_seq = 256;
+    c.admit.prefix_host_bytes = 200; // one 45-token entry (4 bytes a token here)
+    c.admit.prefix_host_min = 8;
     let mut h = harness(c);
     for (p, id) in [
         (prompt(3, 40), "a"),
@@ -287,7 +287,7 @@ fn a_cancelled_sequence_donates_its_cells_and_a_failed_one_does_not() {
 #[test]
 fn entries_are_evicted_lru_when_slots_or_cells_are_needed() {
     let mut c = cached_config(2);
-    c.ctx_per_seq = 64; // ledger: 128 cells
+    c.admit.ctx_per_seq = 64; // ledger: 128 cells
     let mut h = harness(c);
     for (i, first) in [3, 20].into_iter().enumerate() {
         let mut rx = h.submit_tokens(&prompt(first, 30), 2, &format!("f{i}"));
@@ -358,7 +358,7 @@ fn prompts_arriving_together_compute_a_shared_prefix_once() {
 
 fn unified_config(slots: usize) -> EngineConfig {
     let mut c = cached_config(slots);
-    c.kv_unified = true;
+    c.model.kv_unified = true;
     c
 }
 
@@ -419,7 +419,7 @@ fn in_a_unified_pool_a_hit_shares_cells_and_a_cancel_releases_only_its_own() {
 #[test]
 fn in_a_unified_pool_eviction_cuts_idle_tails_never_a_prefix_a_live_sequence_reads() {
     let mut c = unified_config(3);
-    c.ctx_per_seq = 33; // ledger: 99 cells
+    c.admit.ctx_per_seq = 33; // ledger: 99 cells
     let mut h = harness(c);
     let (sys, _) = finish_a(&mut h);
     let mut pb = sys.clone();
@@ -454,8 +454,8 @@ fn in_a_unified_pool_eviction_cuts_idle_tails_never_a_prefix_a_live_sequence_rea
 #[test]
 fn an_overdue_short_prompt_is_finished_in_one_step_a_long_one_is_not() {
     let mut c = config(4, 16);
-    c.ttft_target_ms = Some(0.0); // every prompt is overdue at once
-    c.expedite_max_tokens = 64;
+    c.step.ttft_target_ms = Some(0.0); // every prompt is overdue at once
+    c.step.expedite_max_tokens = 64;
     let mut h = harness(c);
     let mut short = h.submit(40, 2, &[]);
     let mut long = h.submit(100, 2, &[]);
@@ -492,11 +492,11 @@ fn an_overdue_short_prompt_is_finished_in_one_step_a_long_one_is_not() {
 fn random_traffic_keeps_the_cell_map_and_the_ledger_exact() {
     for unified in [false, true] {
         let mut c = cached_config(4);
-        c.kv_unified = unified;
+        c.model.kv_unified = unified;
         // A tight ledger (160 cells; 112 in one pool, where shared cells
         // count once): evictions for cells all the time.
-        c.ctx_per_seq = if unified { 28 } else { 40 };
-        c.prefix_copy_min = 4;
+        c.admit.ctx_per_seq = if unified { 28 } else { 40 };
+        c.admit.prefix_copy_min = 4;
         let mut h = harness(c);
         let mut state = 0x9E37_79B9_7F4A_7C15_u64;
         let mut next = move |n: usize| {

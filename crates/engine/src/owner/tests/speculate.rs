@@ -22,9 +22,9 @@ fn prompts() -> Vec<Vec<TokenId>> {
 
 fn spec_harness(mode: SpecMode, drafter: bool) -> Harness {
     let mut c = config(6, 256);
-    c.max_prefill_seqs = 6;
-    c.speculative = mode;
-    c.draft_max = 4;
+    c.step.max_prefill_seqs = 6;
+    c.step.speculative = mode;
+    c.step.draft_max = 4;
     let h = harness(c);
     if !drafter {
         return h;

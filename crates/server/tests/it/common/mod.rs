@@ -63,14 +63,14 @@ pub async fn server_opts(
 ) -> Server {
     let path = steward_engine::fetch::ensure_default_model().expect("default model");
     let mut c = EngineConfig::new(path);
-    c.served_name = "smol".into();
-    c.max_seqs = 4;
-    c.ctx_per_seq = 512;
-    c.prompt_budget = 64;
+    c.model.served_name = "smol".into();
+    c.admit.max_seqs = 4;
+    c.admit.ctx_per_seq = 512;
+    c.step.prompt_budget = 64;
     // Holders park their readers for as long as a test needs the slot: no
     // slow-reader end at 60 s on a loaded machine (a test of that bound
     // sets its own).
-    c.slow_reader_timeout = None;
+    c.deliver.slow_reader_timeout = None;
     tweak(&mut c);
     let engine = Engine::start(c).expect("engine");
     assert!(engine.wait_ready().await);
