@@ -1,9 +1,10 @@
 //! A model's output read back as the family wrote it: reasoning, text and
 //! tool calls, incrementally (text arrives in pieces; events leave as soon
 //! as they are certain). Two stages: the reasoning block (`think`), then
-//! call regions in the text (`regions`); gpt-oss's harmony channels have
-//! their own reader (`harmony`). Text that might still become a marker is
-//! held back, so any split of the same output gives the same events in
+//! call regions in the text (`regions`, `xml`; what a scan reports and
+//! the steps they share in `view`); gpt-oss's harmony channels have their
+//! own reader (`harmony`). Text that might still become a marker is held
+//! back, so any split of the same output gives the same events in
 //! total as the whole output at once (`parse_whole`). A region that turns
 //! out not to be a call degrades to text (with a reason, `Parsed::notes`),
 //! never an error.
@@ -11,6 +12,7 @@
 mod harmony;
 pub mod json;
 pub mod regions;
+mod view;
 mod xml;
 
 use crate::family::Family;
