@@ -17,11 +17,16 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use steward_engine::{AdapterInfo, AdapterSpec, Engine, EngineConfig, EngineHandle};
+use steward_engine::{AdapterInfo, Engine, EngineConfig, EngineHandle};
 use tokio::sync::watch;
 
+mod admin;
 mod card;
+mod loader;
+mod victim;
 pub use card::{ModelCard, ModelState};
+use loader::background;
+use victim::{Candidate, Outcome, Role};
 
 /// Where a model's GGUF comes from.
 #[derive(Debug, Clone, PartialEq)]
@@ -149,8 +154,8 @@ impl Registry {
         let config = engine.config().clone();
         let r = Self::new(
             vec![ModelSpec {
-                name: config.model.served_name.clone(),
-                source: Source::Path(config.model.model_path.clone()),
+                name: config.served_name.clone(),
+                source: Source::Path(config.model_path.clone()),
                 config,
                 pinned: true,
             }],
@@ -400,8 +405,8 @@ impl Registry {
             .map_err(|e| failed(e.to_string()))?
             .map_err(failed)?;
         let mut config = spec.config.clone();
-        config.model.model_path = path;
-        config.model.served_name = name.to_string();
+        config.model_path = path;
+        config.served_name = name.to_string();
         let loaded = background(move || Engine::load(config))
             .await
             .map_err(failed)?
@@ -440,43 +445,55 @@ impl Registry {
         loop {
             let (victim, left, busy, pinned) = {
                 let mut g = self.lock();
-                let mut held = 0u64;
                 let mut busy = Vec::new();
                 let mut pinned = Vec::new();
-                let mut victim: Option<(Instant, usize)> = None;
+                // The other models that hold memory, and their entries.
+                let mut at = Vec::new();
+                let mut others = Vec::new();
                 for (i, e) in g.iter().enumerate() {
                     if e.spec.name == name {
                         continue;
                     }
-                    match &e.state {
+                    let (bytes, role) = match &e.state {
                         State::Loaded(h) => {
-                            held += e.footprint.unwrap_or(0);
-                            if e.spec.pinned {
+                            let role = if e.spec.pinned {
                                 pinned.push(e.spec.name.clone());
+                                Role::Pinned
                             } else if h.in_flight() > 0 {
                                 busy.push(e.spec.name.clone());
-                            } else if victim.is_none_or(|(t, _)| e.last_used < t) {
-                                victim = Some((e.last_used, i));
+                                Role::Busy
+                            } else {
+                                Role::Idle
+                            };
+                            (e.footprint.unwrap_or(0), role)
+                        }
+                        State::Loading { need, .. } => (*need, Role::Loading),
+                        _ => continue,
+                    };
+                    at.push(i);
+                    others.push(Candidate {
+                        bytes,
+                        last_used: e.last_used,
+                        role,
+                    });
+                }
+                let plan = victim::plan(&others, budget, need, min);
+                let left = match (plan.victims.first(), plan.outcome) {
+                    // It fits (with fewer slots, at worst): hold its share.
+                    (None, Outcome::Fits { left }) => {
+                        if let Some(e) = g.iter_mut().find(|e| e.spec.name == name) {
+                            if let State::Loading { need: n, .. } = &mut e.state {
+                                *n = need.min(left);
                             }
                         }
-                        State::Loading { need, .. } => held += need,
-                        _ => {}
+                        return Ok(Some(left));
                     }
-                }
-                let left = budget.saturating_sub(held);
-                // Alone in the budget, the engine's own sizing says what
-                // fits (fewer slots) or why nothing does.
-                if left >= need || (victim.is_none() && (left >= min || held == 0)) {
-                    // It fits (with fewer slots, at worst): hold its share.
-                    if let Some(e) = g.iter_mut().find(|e| e.spec.name == name) {
-                        if let State::Loading { need: n, .. } = &mut e.state {
-                            *n = need.min(left);
-                        }
-                    }
-                    return Ok(Some(left));
-                }
-                let victim = victim.map(|(_, i)| {
-                    let e = &mut g[i];
+                    (_, Outcome::Fits { left } | Outcome::NoRoom { left }) => left,
+                };
+                // One victim at a time, then a new plan: the others may
+                // change while it stops.
+                let victim = plan.victims.first().map(|&v| {
+                    let e = &mut g[at[v]];
                     e.unloads += 1;
                     let h = match std::mem::replace(&mut e.state, State::Unloaded) {
                         State::Loaded(h) => Some(h),
@@ -536,110 +553,6 @@ impl Registry {
         errors
     }
 
-    /// Admin: load a model now (a failed one is tried again).
-    pub async fn load_now(self: &Arc<Self>, name: &str) -> Result<(), RegistryError> {
-        {
-            let mut g = self.lock();
-            let e = g
-                .iter_mut()
-                .find(|e| e.spec.name == name)
-                .ok_or_else(|| RegistryError::NotFound(name.to_string()))?;
-            if matches!(e.state, State::Failed(_)) {
-                e.state = State::Unloaded;
-            }
-        }
-        self.acquire(name).await.map(|_| ())
-    }
-
-    /// Admin: unload a model. Its in-flight requests finish within
-    /// `grace`, then the rest are cancelled; new ones load it again.
-    pub async fn unload(&self, name: &str, grace: Duration) -> Result<bool, RegistryError> {
-        let h = {
-            let mut g = self.lock();
-            let e = g
-                .iter_mut()
-                .find(|e| e.spec.name == name)
-                .ok_or_else(|| RegistryError::NotFound(name.to_string()))?;
-            match std::mem::replace(&mut e.state, State::Unloaded) {
-                State::Loaded(h) => {
-                    e.unloads += 1;
-                    h
-                }
-                other => {
-                    e.state = other;
-                    return Ok(false);
-                }
-            }
-        };
-        stop_engine(h, grace).await;
-        Ok(true)
-    }
-
-    /// Admin: load a LoRA adapter into a model (loading the model first);
-    /// it is also loaded whenever the model loads again.
-    pub async fn add_adapter(
-        self: &Arc<Self>,
-        model: &str,
-        spec: AdapterSpec,
-    ) -> Result<AdapterInfo, RegistryError> {
-        let engine = self.acquire(model).await?;
-        let info = engine
-            .load_adapter(spec.clone())
-            .await
-            .map_err(RegistryError::Admin)?;
-        let mut g = self.lock();
-        if let Some(e) = g.iter_mut().find(|e| e.spec.name == model) {
-            e.spec.config.model.adapters.push(spec);
-        }
-        Ok(info)
-    }
-
-    /// Unload every unpinned model idle for `idle_unload`; the models
-    /// unloaded. Call periodically (`run_idle_unloader`).
-    pub async fn unload_idle(&self) -> Vec<String> {
-        let Some(idle) = self.opts.idle_unload else {
-            return Vec::new();
-        };
-        let victims: Vec<(String, EngineHandle)> = {
-            let mut g = self.lock();
-            let mut v = Vec::new();
-            for e in g.iter_mut() {
-                let State::Loaded(h) = &e.state else { continue };
-                // Idle counts from the last request's end, not its start.
-                if h.in_flight() > 0 {
-                    e.last_used = Instant::now();
-                }
-                if e.spec.pinned || e.last_used.elapsed() < idle {
-                    continue;
-                }
-                if let State::Loaded(h) = std::mem::replace(&mut e.state, State::Unloaded) {
-                    e.unloads += 1;
-                    v.push((e.spec.name.clone(), h));
-                }
-            }
-            v
-        };
-        let mut names = Vec::new();
-        for (n, h) in victims {
-            tracing::info!(model = %n, idle_s = idle.as_secs_f64(), "unloading idle model");
-            stop_engine(h, Duration::ZERO).await;
-            names.push(n);
-        }
-        names
-    }
-
-    /// Check for idle models every so often, forever.
-    pub async fn run_idle_unloader(self: Arc<Self>) {
-        let Some(idle) = self.opts.idle_unload else {
-            return;
-        };
-        let every = (idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(5));
-        loop {
-            tokio::time::sleep(every).await;
-            self.unload_idle().await;
-        }
-    }
-
     /// Mark a loaded model whose engine failed (its owner panicked) as
     /// failed; the others go on.
     pub fn mark_failed(&self, name: &str, reason: &str) {
@@ -656,85 +569,7 @@ impl Registry {
         }
     }
 
-    /// Stop every loaded engine (shutdown).
-    pub async fn stop_all(&self) {
-        let hs: Vec<EngineHandle> = {
-            let mut g = self.lock();
-            g.iter_mut()
-                .filter_map(|e| match std::mem::replace(&mut e.state, State::Unloaded) {
-                    State::Loaded(h) => Some(h),
-                    other => {
-                        e.state = other;
-                        None
-                    }
-                })
-                .collect()
-        };
-        for h in hs {
-            let _ = tokio::task::spawn_blocking(move || h.stop()).await;
-        }
-    }
-
     pub fn options(&self) -> &Options {
         &self.opts
     }
-}
-
-/// The loader thread's niceness. Measured with 4 SmolLM2 streams running
-/// while Gemma 3 270M loads (docs/BENCHMARKS.md [4/8]):
-///
-/// | nice | streams' p99 / max gap | load |
-/// |---|---|---|
-/// | 0 | 260 / 260 ms | 2.0 s |
-/// | 10 | 108 / 199 ms | 6.5 s |
-/// | 19 | 52 / 61 ms | waits for the streams to end |
-///
-/// Nice 19 starves a load for as long as other models stay busy; nice 10
-/// bounds both.
-const LOAD_NICE: i32 = 10;
-
-/// Run `f` on a thread of its own at a low CPU priority (`LOAD_NICE`, that
-/// thread only), and wait for it. A model's load (mapping and reading its
-/// weights, hashing them once, a probe context for window models) then
-/// mostly takes what the running models' steps leave idle instead of
-/// stretching them.
-async fn background<T: Send + 'static>(
-    f: impl FnOnce() -> T + Send + 'static,
-) -> Result<T, String> {
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    std::thread::Builder::new()
-        .name("steward-load".into())
-        .spawn(move || {
-            lower_priority();
-            let _ = tx.send(f());
-        })
-        .map_err(|e| format!("cannot start a loader thread: {e}"))?;
-    rx.await
-        .map_err(|_| "the loader thread panicked".to_string())
-}
-
-#[cfg(target_os = "linux")]
-fn lower_priority() {
-    // SAFETY: plain syscalls on this thread's own id.
-    unsafe {
-        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-        libc::setpriority(libc::PRIO_PROCESS, tid, LOAD_NICE);
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn lower_priority() {}
-
-/// Drain an engine for up to `grace`, cancel the rest, stop it. Its memory
-/// returns once the last request holding the handle has ended.
-async fn stop_engine(h: EngineHandle, grace: Duration) {
-    h.begin_drain();
-    let t = Instant::now();
-    while h.in_flight() > 0 && t.elapsed() < grace {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    if h.in_flight() > 0 {
-        h.cancel_all();
-    }
-    let _ = tokio::task::spawn_blocking(move || h.stop()).await;
 }

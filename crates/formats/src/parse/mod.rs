@@ -1,9 +1,10 @@
 //! A model's output read back as the family wrote it: reasoning, text and
 //! tool calls, incrementally (text arrives in pieces; events leave as soon
 //! as they are certain). Two stages: the reasoning block (`think`), then
-//! call regions in the text (`regions`); gpt-oss's harmony channels have
-//! their own reader (`harmony`). Text that might still become a marker is
-//! held back, so any split of the same output gives the same events in
+//! call regions in the text (`regions`, `xml`; what a scan reports and
+//! the steps they share in `view`); gpt-oss's harmony channels have their
+//! own reader (`harmony`). Text that might still become a marker is held
+//! back, so any split of the same output gives the same events in
 //! total as the whole output at once (`parse_whole`). A region that turns
 //! out not to be a call degrades to text (with a reason, `Parsed::notes`),
 //! never an error.
@@ -11,6 +12,7 @@
 mod harmony;
 pub mod json;
 pub mod regions;
+mod view;
 mod xml;
 
 use crate::family::Family;
@@ -362,38 +364,9 @@ impl Calls {
     fn push(&mut self, text: &str, end: bool, o: &Options, out: &mut Vec<Event>) {
         self.buf.push_str(text);
         loop {
-            if let Some((region, marker, emitted)) = &mut self.region {
-                let cx = Ctx {
-                    end,
-                    tools: o.tool_defs.as_ref(),
-                    marker,
-                };
-                let view = regions::scan(*region, &self.buf, &cx);
-                emit(&view.calls, emitted, self.next_index, out);
-                let base_len = emitted.len() as u32;
-                let named = view.calls.iter().filter(|c| c.name.is_some()).count() as u32;
-                match view.status {
-                    Status::Open => return,
-                    Status::Done(n) => {
-                        self.next_index += named.max(base_len);
-                        self.buf.drain(..n.min(self.buf.len()));
-                        self.region = None;
-                    }
-                    Status::Fail(r) => {
-                        let r = r.min(self.buf.len());
-                        if named == 0 {
-                            out.push(Event::Note(format!(
-                                "text after {:?} is not a {} call; kept as text",
-                                marker,
-                                self.family.name()
-                            )));
-                            out.push(Event::Content(self.buf[..r].to_string()));
-                        }
-                        self.next_index += named;
-                        self.buf.drain(..r);
-                        self.region = None;
-                        self.at_start = false;
-                    }
+            if self.region.is_some() {
+                if !self.scan_region(end, o, out) {
+                    return;
                 }
                 continue;
             }
@@ -445,43 +418,92 @@ impl Calls {
                     self.buf.drain(..at + m.len());
                 }
                 None => {
-                    let all: Vec<&str> = self
-                        .starts
-                        .iter()
-                        .map(|(m, _)| *m)
-                        .chain(self.strip.iter().copied())
-                        .collect();
-                    let hold = partial_suffix(&self.buf, &all);
-                    if end {
-                        // The output was cut inside a call marker (`<tool_`
-                        // at `max_tokens`): markup, not text. (Two bytes at
-                        // least: a closing `<` stays text.)
-                        let upto = if hold >= 2 && !self.starts.is_empty() {
-                            out.push(Event::Note(format!(
-                                "an unfinished call marker {:?} at the end was dropped",
-                                &self.buf[self.buf.len() - hold..]
-                            )));
-                            self.buf[..self.buf.len() - hold].trim_end().len()
-                        } else {
-                            self.buf.len()
-                        };
-                        out.push(Event::Content(self.buf[..upto].to_string()));
-                        self.buf.clear();
-                        return;
-                    }
-                    let upto = self.buf.len() - hold;
-                    // Whitespace before a call is dropped with it: hold it.
-                    let upto = if self.starts.is_empty() {
-                        upto
-                    } else {
-                        self.buf[..upto].trim_end().len()
-                    };
-                    out.push(Event::Content(self.buf[..upto].to_string()));
-                    self.buf.drain(..upto);
+                    self.text_until_marker(end, out);
                     return;
                 }
             }
         }
+    }
+
+    /// Scan the open region from the start of the buffer: its calls' new
+    /// events, and the region ended (done, or not a call) or not (false:
+    /// wait for more text).
+    fn scan_region(&mut self, end: bool, o: &Options, out: &mut Vec<Event>) -> bool {
+        let Some((region, marker, emitted)) = &mut self.region else {
+            return true;
+        };
+        let cx = Ctx {
+            end,
+            tools: o.tool_defs.as_ref(),
+            marker,
+        };
+        let view = regions::scan(*region, &self.buf, &cx);
+        emit(&view.calls, emitted, self.next_index, out);
+        let base_len = emitted.len() as u32;
+        let named = view.calls.iter().filter(|c| c.name.is_some()).count() as u32;
+        match view.status {
+            Status::Open => return false,
+            Status::Done(n) => {
+                self.next_index += named.max(base_len);
+                self.buf.drain(..n.min(self.buf.len()));
+                self.region = None;
+            }
+            Status::Fail(r) => {
+                let r = r.min(self.buf.len());
+                if named == 0 {
+                    out.push(Event::Note(format!(
+                        "text after {:?} is not a {} call; kept as text",
+                        marker,
+                        self.family.name()
+                    )));
+                    out.push(Event::Content(self.buf[..r].to_string()));
+                }
+                self.next_index += named;
+                self.buf.drain(..r);
+                self.region = None;
+                self.at_start = false;
+            }
+        }
+        true
+    }
+
+    /// No marker in the buffer: out as text, except what may still become
+    /// one (and the whitespace before it); at the end, all of it but an
+    /// unfinished call marker.
+    fn text_until_marker(&mut self, end: bool, out: &mut Vec<Event>) {
+        let all: Vec<&str> = self
+            .starts
+            .iter()
+            .map(|(m, _)| *m)
+            .chain(self.strip.iter().copied())
+            .collect();
+        let hold = partial_suffix(&self.buf, &all);
+        if end {
+            // The output was cut inside a call marker (`<tool_`
+            // at `max_tokens`): markup, not text. (Two bytes at
+            // least: a closing `<` stays text.)
+            let upto = if hold >= 2 && !self.starts.is_empty() {
+                out.push(Event::Note(format!(
+                    "an unfinished call marker {:?} at the end was dropped",
+                    &self.buf[self.buf.len() - hold..]
+                )));
+                self.buf[..self.buf.len() - hold].trim_end().len()
+            } else {
+                self.buf.len()
+            };
+            out.push(Event::Content(self.buf[..upto].to_string()));
+            self.buf.clear();
+            return;
+        }
+        let upto = self.buf.len() - hold;
+        // Whitespace before a call is dropped with it: hold it.
+        let upto = if self.starts.is_empty() {
+            upto
+        } else {
+            self.buf[..upto].trim_end().len()
+        };
+        out.push(Event::Content(self.buf[..upto].to_string()));
+        self.buf.drain(..upto);
     }
 }
 

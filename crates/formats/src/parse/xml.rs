@@ -4,9 +4,7 @@
 //! whole (so a streamed call's arguments arrive in one piece).
 
 use super::json::ws;
-use super::regions::{
-    close_with, done_or_fail, expect, fail, open, ran_out, CallView, Ctx, View, M,
-};
+use super::view::{close_with, done_or_fail, expect, fail, open, ran_out, CallView, Ctx, View, M};
 use serde_json::Value;
 
 /// A parameter value as JSON: the schema's type decides; without one, JSON

@@ -13,6 +13,7 @@
 //! text, exactly as transformers does.
 
 pub(crate) mod env;
+mod literals;
 pub mod pyjson;
 pub mod strftime;
 
@@ -95,22 +96,25 @@ impl ChatTemplates {
         variants: &[(String, String)],
     ) -> Result<Self, TemplateError> {
         let mut env = env::environment();
+        // String literals as Jinja2 reads them (`literals`), then the
+        // `{% generation %}` blocks.
         let compile = |env: &mut Environment<'static>, name: &str, src: &str| {
-            env.add_template_owned(name.to_string(), src.to_string())
+            let src = generation_blocks(&literals::python_literals(src));
+            env.add_template_owned(name.to_string(), src)
                 .map_err(|e| TemplateError::Compile {
                     name: name.to_string(),
                     msg: detail(&e),
                 })
         };
         if let Some(src) = default {
-            compile(&mut env, "default", &generation_blocks(src))?;
+            compile(&mut env, "default", src)?;
         }
         let mut names = Vec::new();
         for (name, src) in variants {
             if name == "default" {
                 continue;
             }
-            compile(&mut env, name, &generation_blocks(src))?;
+            compile(&mut env, name, src)?;
             names.push(name.clone());
         }
         if default.is_none() && names.is_empty() {

@@ -184,3 +184,57 @@ fn string_filters_as_jinja2() {
         "['A', 'B']|    {\n|x\n  y\n\n  z|q"
     );
 }
+
+/// String literals inside tags read as Jinja2 reads them (Python's string
+/// escapes: a backslash before a line ending joins the lines); text,
+/// comments and raw blocks keep their backslashes. The expected text is
+/// Jinja2 3.1's render of this template.
+#[test]
+fn string_literals_read_as_jinja2() {
+    let src = r#"{%- set intro = "You help with gardening.\
+ Keep answers short.\
+ Ask when a plant is unclear." -%}
+{{ intro }}
+{{ 'tab:\there|nl:\nend|bs:\\|sq:\'|dq:\"|u:\u00e9|x:\x41|q:\q|a:\a|v:\v|slash:\/|U:\U0001F331|oct:\101\777|\é' }}
+{# a comment's 'lit\
+eral' stays #}{% raw %}{{ 'raw\
+kept' }}{% endraw %}
+text outside a tag keeps its backslash\
+and its newline {{ "dq\
+joined" }} {{ {'k': 'v\
+w'}['k'] }}
+"#;
+    let expected = "You help with gardening. Keep answers short. Ask when a plant is unclear.\n\
+        tab:\there|nl:\nend|bs:\\|sq:'|dq:\"|u:\u{e9}|x:A|q:\\q|a:\x07|v:\x0b|slash:\\/|U:\u{1F331}|oct:A\u{1FF}|\\xe9\n\
+        {{ 'raw\\\nkept' }}text outside a tag keeps its backslash\\\nand its newline dqjoined vw";
+    assert_eq!(render(&one(src), json!([]), json!({})).unwrap(), expected);
+    // Windows line endings inside a literal read as `\n`, also after a
+    // backslash.
+    let t = one("{{ 'a\r\nb|c\\\r\nd' }}");
+    assert_eq!(render(&t, json!([]), json!({})).unwrap(), "a\nb|cd");
+    // Not followed: `\N{…}` stays as written (Jinja2 looks the name up)
+    // and a surrogate pair is one character (two lone ones in Python).
+    let t = one(r"{{ '\N{BULLET}|\ud83c\udf31|\
+' }}");
+    assert_eq!(
+        render(&t, json!([]), json!({})).unwrap(),
+        "\\N{BULLET}|\u{1F331}|"
+    );
+}
+
+/// The rewrite leaves a template whose literals read the same in both
+/// untouched, and its output reads the same again (idempotent).
+#[test]
+fn string_literal_rewrite_is_minimal() {
+    use super::literals::python_literals;
+    let same = r#"{{ 'a\nb\t\\\'\"\x41\u00e9\q' }}{% if x == "y\\" %}\
+{% endif %}"#;
+    assert!(matches!(
+        python_literals(same),
+        std::borrow::Cow::Borrowed(_)
+    ));
+    let src = "{{ 'a\\\nb' ~ \"\\a\\/\" }}{{ x }}text\\\n";
+    let once = python_literals(src).into_owned();
+    assert_eq!(once, "{{ 'ab' ~ \"\x07\\\\/\" }}{{ x }}text\\\n");
+    assert_eq!(python_literals(&once), once);
+}
