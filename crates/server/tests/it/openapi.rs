@@ -256,15 +256,14 @@ async fn the_document_names_every_route_and_the_server_answers_each() {
             m => panic!("method {m}"),
         };
         if *path == "/dashboard/events" {
-            // An endless stream: its head is enough. (Feeds are counted per
-            // process: none of another test's meanwhile, and this one
-            // closed before the next test may count them.)
+            // An endless stream: its head is enough (and closed before the
+            // next route is asked).
             let _feeds = common::DASHBOARD_FEEDS.lock().await;
-            let open = steward_server::dashboard::open_feeds();
+            let open = s.state.open_feeds();
             let r = req.send().await.unwrap();
             assert_eq!(r.status(), 200, "{method} {path}");
             drop(r);
-            common::feeds_closed(open).await;
+            common::feeds_closed(&s, open).await;
             continue;
         }
         let r = req.send().await.unwrap();

@@ -4,7 +4,8 @@
 //! a chat-completions body and takes the chat path unchanged (`generate`):
 //! the same validation, limits, admission, cancellation and metrics. Its
 //! answer is given in the API's own shape: whole through `Dialect::whole`,
-//! streamed through a `DialectStream` fed by `reply::Sink`.
+//! streamed through a `DialectStream` fed by `reply::Sink` (the traits are
+//! `deliver::shape`'s, below this file: the reply never reaches up here).
 //!
 //! Errors: the Responses API's are OpenAI's shape already; every error
 //! answered on a `/v1/messages` path (auth, body limits, validation,
@@ -21,75 +22,14 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::Value;
 use steward_dialects::{self as d, DialectError, Finish, Out, Piece, Usage};
-use steward_engine::{FinishReason, Finished};
 
-use crate::error::ApiError;
-use crate::generate::{generate, Api};
-use crate::{models, now_secs, validate, Shared};
-
-/// A streamed answer in another API's events.
-pub(crate) trait DialectStream: Send {
-    fn start(&mut self) -> Vec<Out>;
-    fn piece(&mut self, p: Piece) -> Vec<Out>;
-    fn finish(&mut self, f: Finish, u: Usage) -> Vec<Out>;
-    fn error(&mut self, e: &DialectError) -> Vec<Out>;
-}
-
-/// Another API's shape for one request's answer.
-pub(crate) trait Dialect: Send + Sync {
-    /// The request's ID (also its stored response's, for Responses).
-    fn id(&self) -> String;
-    /// The whole answer, from the output's pieces in the order the model
-    /// wrote them (through the same event machine as a stream, so the two
-    /// cannot differ).
-    fn whole(&self, created: u64, model: &str, pieces: Vec<Piece>, f: Finish, u: Usage) -> Value;
-    /// The stream's encoder.
-    fn stream(
-        &self,
-        id: &str,
-        created: u64,
-        model: &str,
-        prompt_tokens: u32,
-    ) -> Box<dyn DialectStream>;
-}
-
-/// A chat output piece as a dialect's.
-pub(crate) fn piece_of(p: crate::output::Piece) -> Piece {
-    use crate::output::Piece as O;
-    match p {
-        O::Content(t) => Piece::Text(t),
-        O::Reasoning(t) => Piece::Reasoning(t),
-        O::CallStart { index, id, name } => Piece::CallStart { index, id, name },
-        O::Args { index, text } => Piece::Args { index, text },
-    }
-}
-
-pub(crate) fn finish_of(fins: &[&Finished], calls: u32) -> Finish {
-    let f = fins.first();
-    match f.map(|f| (f.reason, f.stop_sequence.clone())) {
-        Some((FinishReason::Length, _)) => Finish::Length,
-        _ if calls > 0 => Finish::ToolCalls,
-        Some((FinishReason::Stop, Some(s))) => Finish::StopSequence(s),
-        _ => Finish::Stop,
-    }
-}
-
-pub(crate) fn usage_of(fins: &[&Finished]) -> Usage {
-    Usage {
-        input_tokens: fins.first().map_or(0, |f| f.prompt_tokens),
-        output_tokens: fins.iter().map(|f| f.completion_tokens).sum(),
-        cached_tokens: fins.first().map_or(0, |f| f.cached_tokens),
-    }
-}
-
-pub(crate) fn error_of(e: &ApiError) -> DialectError {
-    DialectError {
-        status: e.status.as_u16(),
-        kind: e.kind,
-        message: e.message.clone(),
-        param: e.param.clone(),
-    }
-}
+use super::generate::generate;
+use super::models;
+use super::state::{now_secs, Shared};
+use crate::deliver::shape::{Dialect, DialectStream};
+use crate::http::error::ApiError;
+use crate::prepare::spec::Api;
+use crate::prepare::validate;
 
 /// A translation failure as an OpenAI-shaped error (rewritten for
 /// Anthropic's paths by `anthropic_errors`).
@@ -107,7 +47,7 @@ fn api_error(e: DialectError) -> ApiError {
 }
 
 fn parse(body: &[u8]) -> Result<Value, ApiError> {
-    crate::body::json_object(body).map(Value::Object)
+    validate::json_object(body).map(Value::Object)
 }
 
 fn unique_id(s: &Shared, prefix: &str) -> String {

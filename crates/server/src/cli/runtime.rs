@@ -7,7 +7,7 @@ use anyhow::Context;
 use clap::Args;
 use steward_engine::model::{LoadedModel, RuntimeParams};
 
-use crate::{gpu_layers, resolve_model, resolve_served_model, threads, ModelArgs};
+use super::model::{gpu_layers, resolve_model, resolve_served_model, threads, ModelArgs};
 
 #[derive(Args)]
 pub struct ConvertArgs {
@@ -67,7 +67,7 @@ pub struct BenchRuntimeArgs {
 
 pub fn bench_runtime(a: BenchRuntimeArgs) -> anyhow::Result<()> {
     let path = resolve_served_model(&a.model)?;
-    crate::rpc_cli::setup(&a.model.rpc)?;
+    super::rpc::setup(&a.model.rpc)?;
     let model = LoadedModel::load(&path, false, gpu_layers(a.model.gpu_layers)?)?;
     let n_threads = threads(a.model.threads);
     let parallel = a.parallel.max(1);

@@ -9,9 +9,9 @@ use axum::extract::State;
 use axum::Json;
 use serde_json::{json, Value};
 
-use crate::error::ApiError;
-use crate::validate::{self, PromptInput};
-use crate::Shared;
+use super::state::Shared;
+use crate::http::error::ApiError;
+use crate::prepare::validate::{self, PromptInput};
 
 fn chat_prompt(s: &Shared, body: &Bytes) -> Result<steward_engine::chat::ChatPrompt, ApiError> {
     match validate::chat(body, 0, &s.limits)?.1 {
@@ -24,7 +24,7 @@ pub(crate) async fn apply_template(
     State(s): State<Shared>,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    let engine = crate::models::route(&s, &crate::models::Peek::of(&body))
+    let engine = super::models::route(&s, &super::models::Peek::of(&body))
         .await?
         .engine;
     let c = chat_prompt(&s, &body)?;
@@ -33,7 +33,7 @@ pub(crate) async fn apply_template(
 }
 
 pub(crate) async fn render(State(s): State<Shared>, body: Bytes) -> Result<Json<Value>, ApiError> {
-    let engine = crate::models::route(&s, &crate::models::Peek::of(&body))
+    let engine = super::models::route(&s, &super::models::Peek::of(&body))
         .await?
         .engine;
     let c = chat_prompt(&s, &body)?;
@@ -62,7 +62,7 @@ pub(crate) async fn tokenize(
     State(s): State<Shared>,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    let engine = crate::models::route(&s, &crate::models::Peek::of(&body))
+    let engine = super::models::route(&s, &super::models::Peek::of(&body))
         .await?
         .engine;
     let v: Value = validate::parse_json(&body)?;
@@ -100,7 +100,7 @@ pub(crate) async fn detokenize(
     State(s): State<Shared>,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    let engine = crate::models::route(&s, &crate::models::Peek::of(&body))
+    let engine = super::models::route(&s, &super::models::Peek::of(&body))
         .await?
         .engine;
     let v: Value = validate::parse_json(&body)?;

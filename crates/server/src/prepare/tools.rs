@@ -5,7 +5,7 @@
 
 use serde_json::{json, Value};
 
-use crate::error::ApiError;
+use crate::http::error::ApiError;
 use steward_formats::family::Family;
 use steward_formats::grammar::{grammar, Force, Function, Reasoning, Special, Variant};
 

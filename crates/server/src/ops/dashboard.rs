@@ -13,7 +13,7 @@
 //! a tick's events are built only when the previous was sent).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use axum::extract::{Query, State};
@@ -21,12 +21,11 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
-use crate::error::ApiError;
-use crate::Shared;
+use crate::api::state::Shared;
+use crate::http::error::ApiError;
 
-/// Dashboards open at once.
+/// Dashboards open at once (per server: the count is `AppState::feeds`).
 pub const MAX_FEEDS: usize = 16;
-static OPEN: AtomicUsize = AtomicUsize::new(0);
 
 #[derive(serde::Deserialize)]
 pub(crate) struct FeedQuery {
@@ -41,11 +40,12 @@ struct Feed {
     _open: OpenFeed,
 }
 
-struct OpenFeed;
+/// One of the server's open feeds, counted down when the feed ends.
+struct OpenFeed(Shared);
 
 impl Drop for OpenFeed {
     fn drop(&mut self) {
-        OPEN.fetch_sub(1, Ordering::AcqRel);
+        self.0.feeds.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -55,8 +55,8 @@ pub(crate) async fn events(State(s): State<Shared>, Query(q): Query<FeedQuery>) 
         return ApiError::invalid_value("interval_ms must be within 100..=5000", "interval_ms")
             .into_response();
     }
-    if OPEN.fetch_add(1, Ordering::AcqRel) >= MAX_FEEDS {
-        OPEN.fetch_sub(1, Ordering::AcqRel);
+    if s.feeds.fetch_add(1, Ordering::AcqRel) >= MAX_FEEDS {
+        s.feeds.fetch_sub(1, Ordering::AcqRel);
         return ApiError::rate_limited(
             format!("{MAX_FEEDS} dashboard feeds are open; close one"),
             "too_many_feeds",
@@ -67,10 +67,10 @@ pub(crate) async fn events(State(s): State<Shared>, Query(q): Query<FeedQuery>) 
     let mut interval = tokio::time::interval(Duration::from_millis(ms));
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let feed = Feed {
+        _open: OpenFeed(s.clone()),
         s,
         interval,
         seen: HashMap::new(),
-        _open: OpenFeed,
     };
     let stream = futures::stream::unfold(feed, |mut f| async move {
         f.interval.tick().await;
@@ -153,9 +153,4 @@ pub(crate) fn snapshot(s: &Shared, seen: &mut HashMap<String, (u64, u64)>) -> Va
         },
         "models": models,
     })
-}
-
-/// The feed's open count (tests).
-pub fn open_feeds() -> usize {
-    OPEN.load(Ordering::Acquire)
 }

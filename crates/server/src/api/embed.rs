@@ -23,8 +23,9 @@ use base64::Engine as _;
 use serde_json::{json, Value};
 use steward_engine::{EngineHandle, Pooling, TokenId};
 
-use crate::error::ApiError;
-use crate::{models, request_id, Shared};
+use super::models;
+use super::state::{request_id, Shared};
+use crate::http::error::ApiError;
 
 /// Most inputs of one embeddings request (OpenAI's limit), and most
 /// documents of one rerank.
@@ -82,7 +83,7 @@ async fn serve(s: Shared, headers: HeaderMap, body: Bytes, kind: Kind) -> Respon
 
 fn finish(
     r: Result<Value, ApiError>,
-    m: std::sync::Arc<crate::metrics::HttpMetrics>,
+    m: std::sync::Arc<crate::http::counters::HttpMetrics>,
     id: &str,
 ) -> Response {
     let mut resp = match r {
@@ -301,7 +302,7 @@ async fn embed_on(
             )
         });
     }
-    let req = crate::body::json_object(body)?;
+    let req = crate::prepare::validate::json_object(body)?;
     let base64 = match req.get("encoding_format") {
         None | Some(Value::Null) => false,
         Some(Value::String(f)) if f == "float" => false,
@@ -373,7 +374,7 @@ async fn rerank_on(
     engine: &EngineHandle,
 ) -> Result<Value, ApiError> {
     let pooling = require_pooling(engine, name)?;
-    let req = crate::body::json_object(body)?;
+    let req = crate::prepare::validate::json_object(body)?;
     let query = match req.get("query") {
         Some(Value::String(q)) if !q.is_empty() => q.clone(),
         _ => {

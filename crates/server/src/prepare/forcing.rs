@@ -8,9 +8,8 @@
 use serde_json::json;
 use steward_engine::EngineHandle;
 
-use crate::error::ApiError;
-use crate::validate::GenSpec;
-use crate::Api;
+use super::spec::{Api, GenSpec};
+use crate::http::error::ApiError;
 
 pub(crate) fn chat_grammar(
     spec: &mut GenSpec,

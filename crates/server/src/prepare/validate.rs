@@ -4,49 +4,15 @@
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use steward_engine::chat::ChatPrompt;
 use steward_engine::constraint::Grammar;
 use steward_engine::SamplingParams;
 use steward_protocol::{ChatCompletionRequest, CompletionRequest, PromptSpec, SamplingFields};
 
-use crate::error::ApiError;
-pub use crate::limits::{check_grammar, check_logprob_volume, Limits};
-use crate::tools::{self, ToolPlan};
-
-/// Settings shared by both endpoints, checked.
-#[derive(Debug, Clone)]
-pub struct GenSpec {
-    pub model: Option<String>,
-    pub sampling: SamplingParams,
-    pub max_tokens: Option<u32>,
-    pub stop: Vec<String>,
-    pub stream: bool,
-    pub include_usage: bool,
-    pub timings: bool,
-    pub ignore_eos: bool,
-    /// Requested total timeout, seconds.
-    pub timeout_s: Option<f64>,
-    /// Alternatives per token when logprobs were asked for.
-    pub logprobs: Option<usize>,
-    /// Completions `echo`: return (and, with logprobs, score) the prompt.
-    pub echo: bool,
-    /// Choices to generate (`n`), each its own sequence and RNG stream.
-    pub n: u32,
-    /// The output's grammar and the parameter it came from.
-    pub grammar: Option<(Grammar, &'static str)>,
-    /// Chat tools in play (`None`: none given or `tool_choice: "none"`).
-    pub tools: Option<ToolPlan>,
-    /// Chat: split reasoning out of the text (`reasoning_format` not `none`).
-    pub reasoning: bool,
-    /// Speculative decoding asked for (`None`: the server's default).
-    pub speculative: Option<steward_engine::SpecRequest>,
-}
-
-pub enum PromptInput {
-    Chat(ChatPrompt),
-    Text(String),
-    Tokens(Vec<i32>),
-}
+use super::chat_input;
+pub use super::limits::{check_grammar, check_logprob_volume, Limits};
+pub use super::spec::{GenSpec, PromptInput};
+use super::tools;
+use crate::http::error::ApiError;
 
 pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     let v: Value = serde_json::from_slice(body)
@@ -66,6 +32,24 @@ pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
             .filter(|p| !p.is_empty());
         ApiError::invalid(format!("Invalid request: {msg}"), param.as_deref())
     })
+}
+
+/// A request body that must be one JSON object (the routes that read it
+/// as JSON themselves: embeddings, rerank, the dialects).
+pub(crate) fn json_object(
+    body: &[u8],
+) -> Result<serde_json::Map<String, serde_json::Value>, ApiError> {
+    match serde_json::from_slice::<serde_json::Value>(body) {
+        Ok(serde_json::Value::Object(m)) => Ok(m),
+        Ok(_) => Err(ApiError::invalid(
+            "the request body must be a JSON object",
+            None,
+        )),
+        Err(e) => Err(ApiError::invalid(
+            format!("the request body is not valid JSON: {e}"),
+            None,
+        )),
+    }
 }
 
 fn range(v: Option<f64>, name: &str, lo: f64, hi: f64, default: f64) -> Result<f32, ApiError> {
@@ -370,7 +354,7 @@ pub fn chat(body: &[u8], seq: u64, l: &Limits) -> Result<(GenSpec, PromptInput),
     }
     if let Some(Value::Array(ts)) = &r.tools {
         for (i, t) in ts.iter().enumerate() {
-            let depth = crate::limits::json_depth(&t["function"]["parameters"]);
+            let depth = super::limits::json_depth(&t["function"]["parameters"]);
             if depth > l.max_schema_depth {
                 return Err(ApiError::invalid_value(
                     format!(
@@ -405,11 +389,11 @@ pub fn chat(body: &[u8], seq: u64, l: &Limits) -> Result<(GenSpec, PromptInput),
         ));
     }
     let (prompt, reasoning) =
-        crate::chat_input::prompt(&mut r, plan.as_ref().map(|p| p.tools.clone()), l)?;
+        chat_input::prompt(&mut r, plan.as_ref().map(|p| p.tools.clone()), l)?;
     let mut spec = fields(r.sampling, seq, false, l)?;
     spec.model = r.model;
     spec.reasoning = reasoning;
-    let forced = plan.as_ref().is_some_and(ToolPlan::forced);
+    let forced = plan.as_ref().is_some_and(tools::ToolPlan::forced);
     match (&spec.grammar, format, forced) {
         (_, Some(_), true) => {
             return Err(ApiError::invalid_value(

@@ -11,39 +11,39 @@ use axum::extract::Path;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
-use crate::error::ApiError;
+use crate::http::error::ApiError;
 
 /// Every asset: name, content type, embedded text.
 const ASSETS: &[(&str, &str, &str)] = &[
     (
         "index.html",
         "text/html; charset=utf-8",
-        include_str!("../web/index.html"),
+        include_str!("../../web/index.html"),
     ),
     (
         "dashboard.html",
         "text/html; charset=utf-8",
-        include_str!("../web/dashboard.html"),
+        include_str!("../../web/dashboard.html"),
     ),
     (
         "app.css",
         "text/css; charset=utf-8",
-        include_str!("../web/app.css"),
+        include_str!("../../web/app.css"),
     ),
     (
         "chat.js",
         "text/javascript; charset=utf-8",
-        include_str!("../web/chat.js"),
+        include_str!("../../web/chat.js"),
     ),
     (
         "dashboard.js",
         "text/javascript; charset=utf-8",
-        include_str!("../web/dashboard.js"),
+        include_str!("../../web/dashboard.js"),
     ),
     (
         "md.js",
         "text/javascript; charset=utf-8",
-        include_str!("../web/md.js"),
+        include_str!("../../web/md.js"),
     ),
 ];
 

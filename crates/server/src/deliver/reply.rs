@@ -11,11 +11,11 @@ use serde_json::json;
 use steward_engine::{EngineHandle, Event, FinishReason, Finished, RequestStream, TokenLogprob};
 use steward_protocol as p;
 
-use crate::dialect::{self, Dialect, DialectStream};
-use crate::error::ApiError;
-use crate::output::{self, OutputCtx, Piece};
-use crate::validate::GenSpec;
-use crate::{logprobs, Api, Shared};
+use super::logprobs;
+use super::output::{self, OutputCtx, Piece};
+use super::shape::{self as dialect, Dialect, DialectStream};
+use crate::http::error::ApiError;
+use crate::prepare::spec::{Api, GenSpec};
 
 /// One choice's whole answer: text, logprobs, and how it ended.
 type Collected = (String, Vec<TokenLogprob>, Finished);
@@ -67,7 +67,7 @@ pub(crate) struct ReplyCtx {
     pub(crate) arrival: Instant,
     pub(crate) engine: EngineHandle,
     /// The model's HTTP metrics.
-    pub(crate) metrics: std::sync::Arc<crate::metrics::HttpMetrics>,
+    pub(crate) metrics: std::sync::Arc<crate::http::counters::HttpMetrics>,
     /// Completions `echo`: the prompt text to return before the completion.
     pub(crate) echo_text: Option<String>,
     pub(crate) first_prompt_token: Option<steward_engine::TokenId>,
@@ -523,7 +523,7 @@ impl Sink {
 /// stream owns the `RequestStream`s: when the client goes, axum drops them,
 /// and the engine cancels every choice.
 pub(crate) fn sse_response(
-    s: Shared,
+    keepalive: std::time::Duration,
     ctx: ReplyCtx,
     streams: Vec<RequestStream>,
     firsts: Vec<Option<Event>>,
@@ -540,7 +540,6 @@ pub(crate) fn sse_response(
         last_text: Option<Instant>,
         first_text_sent_ms: Option<f64>,
     }
-    let keepalive = s.sse_keepalive;
     let n = streams.len();
     let tagged: Vec<Tagged> = streams
         .into_iter()

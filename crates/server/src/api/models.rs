@@ -17,9 +17,9 @@ use steward_engine::EngineHandle;
 use steward_protocol as p;
 use steward_registry::{ModelState, RegistryError};
 
-use crate::error::ApiError;
-use crate::metrics::HttpMetrics;
-use crate::Shared;
+use super::state::Shared;
+use crate::http::counters::HttpMetrics;
+use crate::http::error::ApiError;
 
 /// The fields routing reads, before the API's own validation (which
 /// reports wrong types in detail).
@@ -243,7 +243,7 @@ pub(crate) async fn one(
 /// model of its own (`base:adapter`, `parent`).
 pub(crate) async fn list(State(s): State<Shared>) -> Result<Json<p::ModelList>, ApiError> {
     let reg = s.registry()?;
-    let created = crate::now_secs();
+    let created = super::state::now_secs();
     let data = reg
         .cards()
         .into_iter()
@@ -266,7 +266,7 @@ pub(crate) async fn list(State(s): State<Shared>) -> Result<Json<p::ModelList>, 
                 identity: e.and_then(|e| serde_json::to_value(e.identity()).ok()),
                 chat_template: e
                     .and_then(|e| serde_json::to_value(e.preparer().template_info()).ok()),
-                memory: e.map(|e| crate::memory_card(&e.stats(), e.config())),
+                memory: e.map(|e| memory_card(&e.stats(), e.config())),
                 status: Some(status),
                 parent: c.parent.clone(),
                 adapter: c
@@ -449,4 +449,21 @@ pub(crate) fn render_states(o: &mut String, reg: &steward_registry::Registry) {
     if let Some(b) = reg.options().budget {
         let _ = writeln!(o, "# HELP steward_models_budget_bytes Memory budget every loaded model shares\n# TYPE steward_models_budget_bytes gauge\nsteward_models_budget_bytes {b}");
     }
+}
+
+/// The `memory` block of a model card.
+pub(crate) fn memory_card(
+    st: &steward_engine::EngineStats,
+    c: &steward_engine::EngineConfig,
+) -> serde_json::Value {
+    json!({
+        "kind": st.memory_kind,
+        "swa_window": st.swa_window,
+        "swa_full": c.swa_full,
+        "bytes_per_cell": st.kv_bytes_per_cell,
+        "window_bytes_per_cell": st.window_bytes_per_cell,
+        "recurrent_bytes_per_slot": st.recurrent_bytes_per_slot,
+        "checkpoints": st.memory_kind != "attention" && c.checkpoint_bytes > 0 && c.prefix_cache,
+        "slots": st.slots_total,
+    })
 }

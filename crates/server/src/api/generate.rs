@@ -14,18 +14,16 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use steward_engine::{Event, GenerateRequest, PrepareError, Preparer};
 
-use crate::dialect::Dialect;
-use crate::error::ApiError;
-use crate::output::OutputCtx;
-use crate::reply::{collect, ctx_timeout, sse_response, ReplyCtx};
-use crate::validate::PromptInput;
-use crate::{forcing, metrics, models, now_secs, request_id, validate, Shared};
-
-#[derive(Clone, Copy, PartialEq)]
-pub(crate) enum Api {
-    Chat,
-    Completion,
-}
+use super::models;
+use super::state::{now_secs, request_id, Shared};
+use crate::deliver::output::OutputCtx;
+use crate::deliver::reply::{collect, ctx_timeout, sse_response, ReplyCtx};
+use crate::deliver::shape::Dialect;
+use crate::http::counters::HttpMetrics;
+use crate::http::error::ApiError;
+pub(crate) use crate::prepare::spec::Api;
+use crate::prepare::spec::PromptInput;
+use crate::prepare::{forcing, validate};
 
 pub(crate) async fn chat_completions(
     State(s): State<Shared>,
@@ -126,7 +124,7 @@ async fn run(
     api: (Api, Option<Arc<dyn Dialect>>),
     arrival: Instant,
     peek: models::Peek,
-) -> Result<Response, (ApiError, Option<Arc<metrics::HttpMetrics>>)> {
+) -> Result<Response, (ApiError, Option<Arc<HttpMetrics>>)> {
     let routed = models::route(s, &peek).await.map_err(|e| (e, None))?;
     let m = routed.metrics.clone();
     generate_on(s, id, seq, body, api, arrival, routed)
@@ -346,7 +344,13 @@ async fn generate_on(
     }
     if ctx.spec.stream {
         ctx.metrics.record_status(200);
-        Ok(sse_response(s.clone(), ctx, streams, firsts, prompt_tokens))
+        Ok(sse_response(
+            s.sse_keepalive,
+            ctx,
+            streams,
+            firsts,
+            prompt_tokens,
+        ))
     } else {
         let results = futures::future::join_all(
             streams

@@ -43,7 +43,7 @@ pub struct ConnLimits {
     pub close_grace: Duration,
     /// Serve HTTPS with this certificate (`--tls-cert`): the handshake is
     /// held to `header_timeout` too.
-    pub tls: Option<Arc<crate::access::Tls>>,
+    pub tls: Option<Arc<crate::http::access::Tls>>,
 }
 
 impl Default for ConnLimits {
@@ -500,6 +500,28 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Tracked<S> {
     }
 }
 
+/// Bind the listening socket. `send_buffer` caps each connection's kernel
+/// send buffer (accepted sockets inherit it): without a cap the kernel
+/// absorbs megabytes of a slow reader's stream before the engine's outbox
+/// sees any back-pressure, and the slow-reader policy acts late. Serve it
+/// with `conn::serve` (connection limits, timeouts, TCP_NODELAY).
+pub fn bind(
+    addr: std::net::SocketAddr,
+    send_buffer: Option<u32>,
+) -> std::io::Result<tokio::net::TcpListener> {
+    let sock = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    sock.set_reuseaddr(true)?;
+    if let Some(n) = send_buffer {
+        sock.set_send_buffer_size(n)?;
+    }
+    sock.bind(addr)?;
+    sock.listen(1024)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -508,7 +530,7 @@ mod tests {
     /// Nagle's algorithm off.
     #[tokio::test]
     async fn accepted_connections_have_tcp_nodelay() {
-        let l = crate::bind("127.0.0.1:0".parse().unwrap(), None).unwrap();
+        let l = bind("127.0.0.1:0".parse().unwrap(), None).unwrap();
         let addr = l.local_addr().unwrap();
         let client = tokio::spawn(TcpStream::connect(addr));
         let (server_side, _) = l.accept().await.unwrap();

@@ -37,7 +37,7 @@ pub fn rpc_worker(a: RpcWorkerArgs) -> anyhow::Result<()> {
         IpAddr::V6(h) => format!("[{h}]:{}", a.port),
         IpAddr::V4(h) => format!("{h}:{}", a.port),
     };
-    let threads = crate::threads(a.threads).max(1) as usize;
+    let threads = super::model::threads(a.threads).max(1) as usize;
     tracing::info!(%endpoint, threads, "RPC worker: serving this machine's devices to one client at a time");
     rpc::run_worker(&endpoint, threads, a.cache_dir.as_deref())?;
     Ok(())

@@ -188,7 +188,7 @@ pub fn specs(
                 c.checkpoint_bytes = mb << 20;
             }
             if let Some(t) = &e.chat_template {
-                c.chat_template = Some(crate::template_flag(t)?);
+                c.chat_template = Some(super::model::template_flag(t)?);
             }
             c.adapters = e
                 .lora

@@ -6,8 +6,8 @@ use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use crate::error::ApiError;
-use crate::Shared;
+use crate::api::state::Shared;
+use crate::http::error::ApiError;
 
 /// Every POST body: JSON content type (415 otherwise), at most
 /// `--max-body-bytes` (413), arrived within `--body-timeout-s` (408), all
@@ -116,22 +116,4 @@ async fn collect_body(
         return Err(BodyError::TooLarge);
     }
     Ok(Bytes::from(buf))
-}
-
-/// A request body that must be one JSON object (the routes that read it
-/// as JSON themselves: embeddings, rerank, the dialects).
-pub(crate) fn json_object(
-    body: &[u8],
-) -> Result<serde_json::Map<String, serde_json::Value>, ApiError> {
-    match serde_json::from_slice::<serde_json::Value>(body) {
-        Ok(serde_json::Value::Object(m)) => Ok(m),
-        Ok(_) => Err(ApiError::invalid(
-            "the request body must be a JSON object",
-            None,
-        )),
-        Err(e) => Err(ApiError::invalid(
-            format!("the request body is not valid JSON: {e}"),
-            None,
-        )),
-    }
 }

@@ -7,8 +7,8 @@ use serde_json::Value;
 use steward_engine::chat::ChatPrompt;
 use steward_protocol::{ChatCompletionRequest, MessageContent};
 
-use crate::error::ApiError;
-use crate::limits::Limits;
+use super::limits::Limits;
+use crate::http::error::ApiError;
 
 /// The prompt, and whether reasoning is split out of the reply.
 pub fn prompt(
@@ -40,7 +40,7 @@ pub fn prompt(
             ))
         }
     };
-    let depth = crate::limits::json_depth(&Value::Object(kwargs.clone()));
+    let depth = super::limits::json_depth(&Value::Object(kwargs.clone()));
     if depth > l.max_schema_depth {
         return Err(ApiError::invalid_value(
             format!(

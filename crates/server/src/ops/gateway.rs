@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Map, Value};
 
-use crate::Shared;
+use crate::api::state::Shared;
 
 /// `{"load": running + waiting, "num_reqs", "num_waiting_reqs",
 /// "num_tokens" (KV cells in use), "models": {name: {...}}}` summed over

@@ -6,8 +6,8 @@
 use serde_json::Value;
 use steward_engine::constraint::Grammar;
 
-use crate::error::ApiError;
-use crate::validate::GenSpec;
+use super::spec::GenSpec;
+use crate::http::error::ApiError;
 
 /// Every resource a client controls, bounded (`steward serve` flags; the
 /// table in docs/LIMITS.md). Past a limit the request is a 400 naming the
