@@ -12,7 +12,9 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use steward_engine::{Event, GenerateRequest, PrepareError, Preparer};
+use steward_engine::{
+    EngineHandle, Event, GenerateRequest, PrepareError, Preparer, RequestStream, TokenId,
+};
 
 use super::models;
 use super::state::{now_secs, request_id, Shared};
@@ -22,7 +24,7 @@ use crate::deliver::shape::Dialect;
 use crate::http::counters::HttpMetrics;
 use crate::http::error::ApiError;
 pub(crate) use crate::prepare::spec::Api;
-use crate::prepare::spec::PromptInput;
+use crate::prepare::spec::{GenSpec, PromptInput};
 use crate::prepare::{forcing, validate};
 
 pub(crate) async fn chat_completions(
@@ -132,6 +134,8 @@ async fn run(
         .map_err(|e| (e, Some(m)))
 }
 
+/// A request on its model: ① validate and prepare (template, tokens,
+/// grammar), ② ③ submit one sequence per choice, ④ ⑤ deliver.
 async fn generate_on(
     s: &Shared,
     id: &str,
@@ -141,8 +145,38 @@ async fn generate_on(
     arrival: Instant,
     routed: models::Routed,
 ) -> Result<Response, ApiError> {
+    let (mut spec, input) = validate(s, &body, seq, api, &routed)?;
+    let p = prepare(s, &mut spec, input, api, &routed.engine, arrival).await?;
+    let streams = submit(id, api, &spec, p.prompt.clone(), p.plan, &routed, arrival)?;
+    let ctx = ReplyCtx {
+        id: id.to_string(),
+        model: routed.name.clone(),
+        created: now_secs(),
+        api,
+        spec,
+        arrival,
+        engine: routed.engine.clone(),
+        metrics: routed.metrics.clone(),
+        echo_text: p.echo_text,
+        first_prompt_token: p.prompt.first().copied(),
+        output: p.output,
+        dialect,
+    };
+    deliver(s, ctx, streams, p.prompt.len() as u32).await
+}
+
+/// The body checked against the limits and the model: a generative model,
+/// fields valid, `logit_bias` within the vocabulary, and text that could
+/// fit the context (certainly longer text is refused before the template
+/// and the tokenizer spend time on it).
+fn validate(
+    s: &Shared,
+    body: &[u8],
+    seq: u64,
+    api: Api,
+    routed: &models::Routed,
+) -> Result<(GenSpec, PromptInput), ApiError> {
     let engine = &routed.engine;
-    let adapters = &routed.adapters;
     if engine.pooling().is_some() {
         return Err(ApiError {
             code: "model_not_generative",
@@ -155,11 +189,9 @@ async fn generate_on(
             )
         });
     }
-    let (mut spec, input) = match api {
-        Api::Chat => validate::chat(&body, seq, &s.limits)?,
-        Api::Completion => {
-            validate::completion(&body, seq, engine.preparer().n_vocab(), &s.limits)?
-        }
+    let (spec, input) = match api {
+        Api::Chat => validate::chat(body, seq, &s.limits)?,
+        Api::Completion => validate::completion(body, seq, engine.preparer().n_vocab(), &s.limits)?,
     };
     let n_vocab = engine.preparer().n_vocab();
     if let Some(&(t, _)) = spec
@@ -173,17 +205,13 @@ async fn generate_on(
             "logit_bias",
         ));
     }
-    let served = &routed.name;
-    let score_prompt = spec.echo && spec.logprobs.is_some();
-    if score_prompt && spec.stream {
+    if scores_prompt(&spec) && spec.stream {
         return Err(ApiError::unsupported(
             "`echo` with `logprobs` is supported without `stream` only",
             "echo",
         ));
     }
-    // Text certainly longer than the context is refused before the template
-    // and the tokenizer spend time on it (a token covers at most the
-    // vocabulary's longest token of text).
+    // A token covers at most the vocabulary's longest token of text.
     let tool_bytes = spec.tools.as_ref().map_or(0, |t| t.tools.to_string().len());
     let text_bytes = match &input {
         PromptInput::Chat(c) => {
@@ -199,40 +227,44 @@ async fn generate_on(
     engine
         .preparer()
         .check_text_fits(text_bytes, engine.context_limit())?;
-    let mut echo_text = None;
-    let mut output = None;
-    let mut in_reasoning = false;
-    let prompt = match input {
-        PromptInput::Chat(c) => {
-            let pr = engine.preparer();
-            let t = pr.chat(c).await?;
-            in_reasoning = t.in_reasoning;
-            output = Some(OutputCtx {
-                family: pr.family(),
-                tools: spec.tools.as_ref().map(|p| p.tools.clone()),
-                reasoning: spec.reasoning,
-                in_reasoning: t.in_reasoning,
-            });
-            t.tokens
-        }
-        PromptInput::Text(t) => {
-            if spec.echo {
-                echo_text = Some(t.clone());
-            }
-            engine.preparer().text(t).await?
-        }
-        PromptInput::Tokens(t) => {
-            if spec.echo {
-                let bytes: Vec<u8> = t
-                    .iter()
-                    .flat_map(|&x| engine.token_bytes(x).to_vec())
-                    .collect();
-                echo_text = Some(String::from_utf8_lossy(&bytes).into_owned());
-            }
-            t
-        }
-    };
-    let first_prompt_token = prompt.first().copied();
+    Ok((spec, input))
+}
+
+/// Completions `echo` with `logprobs`: the prompt is scored too.
+fn scores_prompt(spec: &GenSpec) -> bool {
+    spec.echo && spec.logprobs.is_some()
+}
+
+/// What the prompt became, and what every choice's sequence is given.
+struct Prepared {
+    prompt: Vec<TokenId>,
+    /// Completions `echo`: the prompt's text.
+    echo_text: Option<String>,
+    /// Chat: how the output is read.
+    output: Option<OutputCtx>,
+    plan: Plan,
+}
+
+/// A prepared request's engine settings beside its prompt.
+struct Plan {
+    tokenized: Instant,
+    max_tokens: u32,
+    constraint: Option<steward_engine::constraint::Constraint>,
+    deadline: Option<Instant>,
+}
+
+/// Stage ①'s engine side: render and tokenize (the bounded pool),
+/// `max_tokens` against the context, logprob volume, the chat's grammar
+/// compiled, the deadline, a draft model when one is asked for.
+async fn prepare(
+    s: &Shared,
+    spec: &mut GenSpec,
+    input: PromptInput,
+    api: Api,
+    engine: &EngineHandle,
+    arrival: Instant,
+) -> Result<Prepared, ApiError> {
+    let (prompt, echo_text, output, in_reasoning) = tokenize(spec, input, engine).await?;
     let tokenized = Instant::now();
     let max_tokens = Preparer::resolve_max_tokens(
         prompt.len(),
@@ -240,14 +272,14 @@ async fn generate_on(
         engine.context_limit(),
         engine.config().max_tokens_limit,
     )?;
-    let lp_tokens = if score_prompt {
+    let lp_tokens = if scores_prompt(spec) {
         prompt.len() as u64 + u64::from(max_tokens)
     } else {
         u64::from(max_tokens)
     };
-    validate::check_logprob_volume(&spec, lp_tokens, &s.limits)?;
-    forcing::chat_grammar(&mut spec, api, engine, in_reasoning, max_tokens)?;
-    let mut constraint = match &spec.grammar {
+    validate::check_logprob_volume(spec, lp_tokens, &s.limits)?;
+    forcing::chat_grammar(spec, api, engine, in_reasoning, max_tokens)?;
+    let constraint = match &spec.grammar {
         None => None,
         Some((g, param)) => Some(engine.preparer().constraint(g.clone()).await.map_err(
             |e| match e {
@@ -260,7 +292,7 @@ async fn generate_on(
         )?),
     };
     let deadline = {
-        let asked = ctx_timeout(&spec);
+        let asked = ctx_timeout(spec);
         let limit = s.request_timeout;
         let d = match (asked, limit) {
             (Some(a), Some(l)) => Some(a.min(l)),
@@ -278,9 +310,69 @@ async fn generate_on(
             "speculative.mode",
         ));
     }
-    // One sequence per choice: the same prompt (computed once and shared
-    // through the prefix cache), its own RNG stream (seed + index), its own
-    // copy of the grammar state.
+    Ok(Prepared {
+        prompt,
+        echo_text,
+        output,
+        plan: Plan {
+            tokenized,
+            max_tokens,
+            constraint,
+            deadline,
+        },
+    })
+}
+
+/// The prompt's tokens: a chat rendered through its template, text
+/// tokenized, token IDs as given; with the echo text and, for a chat, how
+/// its output is read and whether it starts inside a reasoning block.
+async fn tokenize(
+    spec: &GenSpec,
+    input: PromptInput,
+    engine: &EngineHandle,
+) -> Result<(Vec<TokenId>, Option<String>, Option<OutputCtx>, bool), ApiError> {
+    Ok(match input {
+        PromptInput::Chat(c) => {
+            let pr = engine.preparer();
+            let t = pr.chat(c).await?;
+            let output = Some(OutputCtx {
+                family: pr.family(),
+                tools: spec.tools.as_ref().map(|p| p.tools.clone()),
+                reasoning: spec.reasoning,
+                in_reasoning: t.in_reasoning,
+            });
+            (t.tokens, None, output, t.in_reasoning)
+        }
+        PromptInput::Text(t) => {
+            let echo_text = spec.echo.then(|| t.clone());
+            (engine.preparer().text(t).await?, echo_text, None, false)
+        }
+        PromptInput::Tokens(t) => {
+            let echo_text = spec.echo.then(|| {
+                let bytes: Vec<u8> = t
+                    .iter()
+                    .flat_map(|&x| engine.token_bytes(x).to_vec())
+                    .collect();
+                String::from_utf8_lossy(&bytes).into_owned()
+            });
+            (t, echo_text, None, false)
+        }
+    })
+}
+
+/// One sequence per choice: the same prompt (computed once and shared
+/// through the prefix cache), its own RNG stream (seed + index), its own
+/// copy of the grammar state.
+fn submit(
+    id: &str,
+    api: Api,
+    spec: &GenSpec,
+    prompt: Vec<TokenId>,
+    mut plan: Plan,
+    routed: &models::Routed,
+    arrival: Instant,
+) -> Result<Vec<RequestStream>, ApiError> {
+    let engine = &routed.engine;
     let n = spec.n;
     let mut streams = Vec::with_capacity(n as usize);
     for i in 0..n {
@@ -293,42 +385,37 @@ async fn generate_on(
                 format!("{id}-{i}")
             },
             prompt: prompt.clone(),
-            max_tokens,
+            max_tokens: plan.max_tokens,
             sampling,
             stop: spec.stop.clone(),
             ignore_eos: spec.ignore_eos,
             logprobs: spec.logprobs,
-            prompt_logprobs: score_prompt,
+            prompt_logprobs: scores_prompt(spec),
             arrival,
-            tokenized,
-            deadline,
+            tokenized: plan.tokenized,
+            deadline: plan.deadline,
             // Each choice advances its own grammar state; the last takes
             // the compiled one.
             constraint: if i + 1 == n {
-                constraint.take()
+                plan.constraint.take()
             } else {
-                constraint.clone()
+                plan.constraint.clone()
             },
             markers: (api == Api::Chat).then(|| engine.preparer().markers(spec.tools.is_some())),
-            adapters: adapters.clone(),
+            adapters: routed.adapters.clone(),
             speculative: spec.speculative,
         })?);
     }
-    let ctx = ReplyCtx {
-        id: id.to_string(),
-        model: served.clone(),
-        created: now_secs(),
-        api,
-        spec,
-        arrival,
-        engine: engine.clone(),
-        metrics: routed.metrics.clone(),
-        echo_text,
-        first_prompt_token,
-        output,
-        dialect,
-    };
-    let prompt_tokens = prompt.len() as u32;
+    Ok(streams)
+}
+
+/// The answer: streamed (SSE) or whole, once the first choice is admitted.
+async fn deliver(
+    s: &Shared,
+    ctx: ReplyCtx,
+    mut streams: Vec<RequestStream>,
+    prompt_tokens: u32,
+) -> Result<Response, ApiError> {
     // Wait for the first choice's admission (or a queue timeout, which is
     // then a real 503). Only the first: with fewer free slots than `n` the
     // later choices are admitted as earlier ones finish, which needs their

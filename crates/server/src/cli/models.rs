@@ -214,6 +214,23 @@ pub fn specs(
     for l in f.lora {
         out[0].config.adapters.push(parse_lora(l)?);
     }
+    check_names(&out)?;
+    for p in f.pin {
+        let Some(s) = out.iter_mut().find(|s| &s.name == p) else {
+            bail!("--pin {p}: no model has that name");
+        };
+        s.pinned = true;
+    }
+    // One model alone is never unloaded.
+    if out.len() == 1 {
+        out[0].pinned = true;
+    }
+    Ok(out)
+}
+
+/// Every model's name valid and its own, every adapter's its own within
+/// its model.
+fn check_names(out: &[ModelSpec]) -> anyhow::Result<()> {
     for (i, s) in out.iter().enumerate() {
         check_name(&s.name)?;
         if out[..i].iter().any(|o| o.name == s.name) {
@@ -230,17 +247,7 @@ pub fn specs(
             seen.push(&a.name);
         }
     }
-    for p in f.pin {
-        let Some(s) = out.iter_mut().find(|s| &s.name == p) else {
-            bail!("--pin {p}: no model has that name");
-        };
-        s.pinned = true;
-    }
-    // One model alone is never unloaded.
-    if out.len() == 1 {
-        out[0].pinned = true;
-    }
-    Ok(out)
+    Ok(())
 }
 
 /// Files stay files; hub references are fetched into (or served offline

@@ -70,17 +70,7 @@ pub(crate) fn serve(a: ServeArgs) -> anyhow::Result<()> {
         let app = steward_server::app(state.clone());
         tokio::spawn(steward_server::access::reload_on_sighup(keys, tls));
         if let Some(port) = metrics_port {
-            let maddr = SocketAddr::new(addr.ip(), port);
-            let ml = steward_server::bind(maddr, None)
-                .with_context(|| format!("cannot listen on {maddr} (--metrics-port)"))?;
-            let mapp = steward_server::metrics_app(state.clone());
-            let mlimits = steward_server::conn::ConnLimits {
-                tls: None,
-                ..conn_limits.clone()
-            };
-            let mconns = Default::default();
-            tokio::spawn(steward_server::conn::serve(ml, mapp, mlimits, mconns, std::future::pending()));
-            tracing::info!(%maddr, "metrics and health without a key");
+            serve_metrics_port(SocketAddr::new(addr.ip(), port), &state, &conn_limits)?;
         }
         let drained = state.clone();
         let engine_grace = grace.saturating_sub(conn_limits.close_grace);
@@ -134,6 +124,32 @@ pub(crate) fn serve(a: ServeArgs) -> anyhow::Result<()> {
     // of it may be a tokenizer thread, and a device free racing the
     // driver's own exit handlers aborts.
     std::process::exit(0)
+}
+
+/// `--metrics-port`: `metrics_app` on its own listener, without a key
+/// and without TLS.
+fn serve_metrics_port(
+    maddr: SocketAddr,
+    state: &std::sync::Arc<steward_server::AppState>,
+    conn_limits: &steward_server::conn::ConnLimits,
+) -> anyhow::Result<()> {
+    let ml = steward_server::bind(maddr, None)
+        .with_context(|| format!("cannot listen on {maddr} (--metrics-port)"))?;
+    let mapp = steward_server::metrics_app(state.clone());
+    let mlimits = steward_server::conn::ConnLimits {
+        tls: None,
+        ..conn_limits.clone()
+    };
+    let mconns = Default::default();
+    tokio::spawn(steward_server::conn::serve(
+        ml,
+        mapp,
+        mlimits,
+        mconns,
+        std::future::pending(),
+    ));
+    tracing::info!(%maddr, "metrics and health without a key");
+    Ok(())
 }
 
 /// SIGTERM/ctrl-c: stop admitting (new requests get 503, /ready 503), let

@@ -518,6 +518,89 @@ impl Sink {
     }
 }
 
+type Tagged = futures::stream::BoxStream<'static, (u32, Event)>;
+
+/// A streamed reply's state: the choices' merged events, what each has
+/// sent, and the queue of SSE events to write.
+struct St {
+    ctx: ReplyCtx,
+    rx: futures::stream::SelectAll<Tagged>,
+    queue: Sink,
+    choices: Vec<ChoiceState>,
+    remaining: usize,
+    done: bool,
+    last_text: Option<Instant>,
+    first_text_sent_ms: Option<f64>,
+}
+
+impl St {
+    /// One choice's event (`None`: the engine ended the streams) into the
+    /// queue's SSE events.
+    fn on_event(&mut self, i: u32, ev: Option<Event>) {
+        match ev {
+            Some(Event::Admitted) => {}
+            Some(Event::Text { text, logprobs, .. }) => {
+                let c = &mut self.choices[i as usize];
+                self.ctx.start_choice(i, c, &mut self.queue);
+                if self.first_text_sent_ms.is_none() {
+                    let s = self.ctx.arrival.elapsed().as_secs_f64();
+                    self.ctx.metrics.observe_first_text(s);
+                    self.first_text_sent_ms = Some(s * 1e3);
+                }
+                let now = Instant::now();
+                if let Some(prev) = self.last_text.replace(now) {
+                    self.ctx
+                        .metrics
+                        .observe_itl(now.duration_since(prev).as_secs_f64());
+                }
+                let text = match c.echo.take() {
+                    Some(e) => e + &text,
+                    None => text,
+                };
+                self.ctx
+                    .text_chunks(i, c, text, logprobs, false, &mut self.queue);
+            }
+            Some(Event::Done(f)) => {
+                let c = &mut self.choices[i as usize];
+                self.ctx.start_choice(i, c, &mut self.queue);
+                let tail = c.echo.take().unwrap_or_default();
+                self.ctx
+                    .text_chunks(i, c, tail, Vec::new(), true, &mut self.queue);
+                let calls = c.reader.as_ref().map_or(0, output::Reader::calls);
+                let lps = std::mem::take(&mut c.held_lps);
+                let fin = ChunkBody {
+                    finish: finish_str(f.reason, calls),
+                    ..Default::default()
+                };
+                if self.queue.dialect.is_none() {
+                    self.queue.chunk(&self.ctx, i, fin, &lps);
+                }
+                self.ctx.metrics.observe_finished(&f);
+                c.fin = Some(f);
+                self.remaining -= 1;
+                if self.remaining == 0 {
+                    let fins: Vec<&Finished> =
+                        self.choices.iter().filter_map(|c| c.fin.as_ref()).collect();
+                    self.queue
+                        .finish(&self.ctx, &fins, calls, self.first_text_sent_ms);
+                    self.done = true;
+                }
+            }
+            Some(Event::Error(e)) => {
+                let api = ApiError::from(e);
+                self.ctx.metrics.record_failure(api.code);
+                self.queue.error(api);
+                self.done = true;
+            }
+            None => {
+                let api = ApiError::internal("the engine ended this request without a result");
+                self.queue.error(api);
+                self.done = true;
+            }
+        }
+    }
+}
+
 /// Relay engine events as SSE, every choice's interleaved as they come.
 /// Keep-alive comments flow while the prompt is still being prefilled. The
 /// stream owns the `RequestStream`s: when the client goes, axum drops them,
@@ -529,17 +612,6 @@ pub(crate) fn sse_response(
     firsts: Vec<Option<Event>>,
     prompt_tokens: u32,
 ) -> Response {
-    type Tagged = futures::stream::BoxStream<'static, (u32, Event)>;
-    struct St {
-        ctx: ReplyCtx,
-        rx: futures::stream::SelectAll<Tagged>,
-        queue: Sink,
-        choices: Vec<ChoiceState>,
-        remaining: usize,
-        done: bool,
-        last_text: Option<Instant>,
-        first_text_sent_ms: Option<f64>,
-    }
     let n = streams.len();
     let tagged: Vec<Tagged> = streams
         .into_iter()
@@ -597,67 +669,7 @@ pub(crate) fn sse_response(
                 Some((i, ev)) => (i, Some(ev)),
                 None => (0, None),
             };
-            match ev {
-                Some(Event::Admitted) => {}
-                Some(Event::Text { text, logprobs, .. }) => {
-                    let c = &mut st.choices[i as usize];
-                    st.ctx.start_choice(i, c, &mut st.queue);
-                    if st.first_text_sent_ms.is_none() {
-                        let s = st.ctx.arrival.elapsed().as_secs_f64();
-                        st.ctx.metrics.observe_first_text(s);
-                        st.first_text_sent_ms = Some(s * 1e3);
-                    }
-                    let now = Instant::now();
-                    if let Some(prev) = st.last_text.replace(now) {
-                        st.ctx
-                            .metrics
-                            .observe_itl(now.duration_since(prev).as_secs_f64());
-                    }
-                    let text = match c.echo.take() {
-                        Some(e) => e + &text,
-                        None => text,
-                    };
-                    st.ctx
-                        .text_chunks(i, c, text, logprobs, false, &mut st.queue);
-                }
-                Some(Event::Done(f)) => {
-                    let c = &mut st.choices[i as usize];
-                    st.ctx.start_choice(i, c, &mut st.queue);
-                    let tail = c.echo.take().unwrap_or_default();
-                    st.ctx
-                        .text_chunks(i, c, tail, Vec::new(), true, &mut st.queue);
-                    let calls = c.reader.as_ref().map_or(0, output::Reader::calls);
-                    let lps = std::mem::take(&mut c.held_lps);
-                    let fin = ChunkBody {
-                        finish: finish_str(f.reason, calls),
-                        ..Default::default()
-                    };
-                    if st.queue.dialect.is_none() {
-                        st.queue.chunk(&st.ctx, i, fin, &lps);
-                    }
-                    st.ctx.metrics.observe_finished(&f);
-                    c.fin = Some(f);
-                    st.remaining -= 1;
-                    if st.remaining == 0 {
-                        let fins: Vec<&Finished> =
-                            st.choices.iter().filter_map(|c| c.fin.as_ref()).collect();
-                        st.queue
-                            .finish(&st.ctx, &fins, calls, st.first_text_sent_ms);
-                        st.done = true;
-                    }
-                }
-                Some(Event::Error(e)) => {
-                    let api = ApiError::from(e);
-                    st.ctx.metrics.record_failure(api.code);
-                    st.queue.error(api);
-                    st.done = true;
-                }
-                None => {
-                    let api = ApiError::internal("the engine ended this request without a result");
-                    st.queue.error(api);
-                    st.done = true;
-                }
-            }
+            st.on_event(i, ev);
         }
     });
     Sse::new(stream)

@@ -108,9 +108,38 @@ pub const GATEWAY_BLOCK_SIZE: u64 = 64;
 
 /// One engine's metrics (its model label is added by `labels::merge`).
 pub fn render(e: &EngineStats, waiting: usize) -> String {
+    let mut o = String::new();
+    for (name, help, kind, v) in engine_table(e, waiting) {
+        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
+    }
+    let _ = writeln!(
+        o,
+        "# HELP steward_admission_throttled 1 while admission is throttled by host memory pressure\n# TYPE steward_admission_throttled gauge\nsteward_admission_throttled {}",
+        u8::from(e.memory_pressure)
+    );
+    let _ = writeln!(o, "# HELP steward_requests_total Requests by final state\n# TYPE steward_requests_total counter");
+    for (state, v) in [
+        ("finished", e.requests_finished),
+        ("cancelled", e.requests_cancelled),
+        ("failed", e.requests_failed),
+        ("queue_timeout", e.requests_timed_out_in_queue),
+        ("deadline_exceeded", e.requests_deadline_exceeded),
+        ("slow_reader", e.requests_slow_reader_terminated),
+    ] {
+        let _ = writeln!(o, "steward_requests_total{{state=\"{state}\"}} {v}");
+    }
+    engine_histograms(&mut o, e);
+    o
+}
+
+/// (name, help, type, value): every engine-side metric with one sample,
+/// declared here (a data table).
+fn engine_table(
+    e: &EngineStats,
+    waiting: usize,
+) -> [(&'static str, &'static str, &'static str, f64); 70] {
     let kv_frac = kv_usage(e);
-    // (name, help, type, value): every engine-side metric, declared here.
-    let engine: [(&str, &str, &str, f64); 70] = [
+    [
         (
             "steward_draining",
             "1 while draining for shutdown",
@@ -527,29 +556,7 @@ pub fn render(e: &EngineStats, waiting: usize) -> String {
             e.spec_drafts_total as f64,
         ),
         ("steward_info", "Always 1", "gauge", 1.0),
-    ];
-    let mut o = String::new();
-    for (name, help, kind, v) in engine {
-        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
-    }
-    let _ = writeln!(
-        o,
-        "# HELP steward_admission_throttled 1 while admission is throttled by host memory pressure\n# TYPE steward_admission_throttled gauge\nsteward_admission_throttled {}",
-        u8::from(e.memory_pressure)
-    );
-    let _ = writeln!(o, "# HELP steward_requests_total Requests by final state\n# TYPE steward_requests_total counter");
-    for (state, v) in [
-        ("finished", e.requests_finished),
-        ("cancelled", e.requests_cancelled),
-        ("failed", e.requests_failed),
-        ("queue_timeout", e.requests_timed_out_in_queue),
-        ("deadline_exceeded", e.requests_deadline_exceeded),
-        ("slow_reader", e.requests_slow_reader_terminated),
-    ] {
-        let _ = writeln!(o, "steward_requests_total{{state=\"{state}\"}} {v}");
-    }
-    engine_histograms(&mut o, e);
-    o
+    ]
 }
 
 /// `vllm:lora_requests_info` as gateways read it: the adapters of running

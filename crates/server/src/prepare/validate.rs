@@ -89,7 +89,86 @@ fn fields(
             ))
         }
     };
-    let logprobs = match (completions, &s.logprobs, &s.top_logprobs) {
+    let logprobs = logprobs_field(completions, &s.logprobs, &s.top_logprobs)?;
+    let logit_bias = parse_logit_bias(s.logit_bias.as_ref())?;
+    let temperature = range(s.temperature, "temperature", 0.0, 2.0, 1.0)?;
+    let top_p = range(s.top_p, "top_p", 0.0, 1.0, 1.0)?;
+    if top_p == 0.0 {
+        return Err(ApiError::invalid_value(
+            "`top_p` must be greater than 0",
+            "top_p",
+        ));
+    }
+    let min_p = range(s.min_p, "min_p", 0.0, 1.0, 0.0)?;
+    let frequency_penalty = range(s.frequency_penalty, "frequency_penalty", -2.0, 2.0, 0.0)?;
+    let presence_penalty = range(s.presence_penalty, "presence_penalty", -2.0, 2.0, 0.0)?;
+    let repetition_penalty = range(s.repetition_penalty, "repetition_penalty", 0.01, 10.0, 1.0)?;
+    let top_k = match s.top_k {
+        None | Some(-1) => 0,
+        Some(k) if (0..=100_000).contains(&k) => k as usize,
+        Some(k) => {
+            return Err(ApiError::invalid_value(
+                format!("`top_k` must be -1, 0 or positive; got {k}"),
+                "top_k",
+            ))
+        }
+    };
+    let max_tokens = max_tokens_field(completions, s.max_completion_tokens, s.max_tokens)?;
+    let stop = stop_field(s.stop, l)?;
+    let seed = match s.seed {
+        Some(v) => v as u64,
+        None => fresh_seed(request_seq),
+    };
+    Ok(GenSpec {
+        model: None,
+        sampling: SamplingParams {
+            temperature,
+            top_p,
+            top_k,
+            min_p,
+            repetition_penalty,
+            frequency_penalty,
+            presence_penalty,
+            seed,
+            logit_bias,
+        },
+        max_tokens,
+        stop,
+        stream: s.stream,
+        include_usage: s.stream_options.is_some_and(|o| o.include_usage),
+        timings: s.timings,
+        ignore_eos: s.ignore_eos,
+        timeout_s: match s.timeout {
+            None => None,
+            Some(t) if t > 0.0 && t <= l.max_timeout_s => Some(t),
+            Some(t) => {
+                return Err(ApiError::invalid_value(
+                    format!(
+                        "`timeout` must be a number of seconds above 0 and at most {}; got {t}",
+                        l.max_timeout_s
+                    ),
+                    "timeout",
+                ))
+            }
+        },
+        logprobs,
+        echo: false,
+        n,
+        grammar,
+        tools: None,
+        reasoning: true,
+        speculative: parse_speculative(s.speculative.as_ref())?,
+    })
+}
+
+/// `logprobs` (and chat's `top_logprobs`): the alternatives per token, when
+/// asked for.
+fn logprobs_field(
+    completions: bool,
+    lp: &Option<Value>,
+    top: &Option<Value>,
+) -> Result<Option<usize>, ApiError> {
+    Ok(match (completions, lp, top) {
         // Chat: `logprobs: bool` plus `top_logprobs: 0..=20`.
         (false, lp, top) => {
             let on = match lp {
@@ -135,30 +214,15 @@ fn fields(
                 }
             },
         },
-    };
-    let logit_bias = parse_logit_bias(s.logit_bias.as_ref())?;
-    let temperature = range(s.temperature, "temperature", 0.0, 2.0, 1.0)?;
-    let top_p = range(s.top_p, "top_p", 0.0, 1.0, 1.0)?;
-    if top_p == 0.0 {
-        return Err(ApiError::invalid_value(
-            "`top_p` must be greater than 0",
-            "top_p",
-        ));
-    }
-    let min_p = range(s.min_p, "min_p", 0.0, 1.0, 0.0)?;
-    let frequency_penalty = range(s.frequency_penalty, "frequency_penalty", -2.0, 2.0, 0.0)?;
-    let presence_penalty = range(s.presence_penalty, "presence_penalty", -2.0, 2.0, 0.0)?;
-    let repetition_penalty = range(s.repetition_penalty, "repetition_penalty", 0.01, 10.0, 1.0)?;
-    let top_k = match s.top_k {
-        None | Some(-1) => 0,
-        Some(k) if (0..=100_000).contains(&k) => k as usize,
-        Some(k) => {
-            return Err(ApiError::invalid_value(
-                format!("`top_k` must be -1, 0 or positive; got {k}"),
-                "top_k",
-            ))
-        }
-    };
+    })
+}
+
+/// `max_completion_tokens` or `max_tokens`.
+fn max_tokens_field(
+    completions: bool,
+    max_completion_tokens: Option<i64>,
+    max_tokens: Option<i64>,
+) -> Result<Option<u32>, ApiError> {
     // Both fields are checked when both are given; `max_completion_tokens`
     // wins.
     let check = |v: Option<i64>, name: &'static str| -> Result<Option<u32>, ApiError> {
@@ -172,9 +236,16 @@ fn fields(
             )),
         }
     };
-    let max_tokens = check(s.max_completion_tokens, "max_completion_tokens")?
-        .or(check(s.max_tokens, "max_tokens")?);
-    let stop = s.stop.map(|s| s.into_vec()).unwrap_or_default();
+    Ok(check(max_completion_tokens, "max_completion_tokens")?.or(check(max_tokens, "max_tokens")?))
+}
+
+/// `stop`: at most `--max-stop` sequences, none empty or past
+/// `--max-stop-bytes`.
+fn stop_field(
+    stop: Option<steward_protocol::StopSpec>,
+    l: &Limits,
+) -> Result<Vec<String>, ApiError> {
+    let stop = stop.map(|s| s.into_vec()).unwrap_or_default();
     if stop.len() > l.max_stop {
         return Err(ApiError::invalid_value(
             format!(
@@ -201,50 +272,7 @@ fn fields(
             "stop",
         ));
     }
-    let seed = match s.seed {
-        Some(v) => v as u64,
-        None => fresh_seed(request_seq),
-    };
-    Ok(GenSpec {
-        model: None,
-        sampling: SamplingParams {
-            temperature,
-            top_p,
-            top_k,
-            min_p,
-            repetition_penalty,
-            frequency_penalty,
-            presence_penalty,
-            seed,
-            logit_bias,
-        },
-        max_tokens,
-        stop,
-        stream: s.stream,
-        include_usage: s.stream_options.is_some_and(|o| o.include_usage),
-        timings: s.timings,
-        ignore_eos: s.ignore_eos,
-        timeout_s: match s.timeout {
-            None => None,
-            Some(t) if t > 0.0 && t <= l.max_timeout_s => Some(t),
-            Some(t) => {
-                return Err(ApiError::invalid_value(
-                    format!(
-                        "`timeout` must be a number of seconds above 0 and at most {}; got {t}",
-                        l.max_timeout_s
-                    ),
-                    "timeout",
-                ))
-            }
-        },
-        logprobs,
-        echo: false,
-        n,
-        grammar,
-        tools: None,
-        reasoning: true,
-        speculative: parse_speculative(s.speculative.as_ref())?,
-    })
+    Ok(stop)
 }
 
 /// `response_format`: text (no constraint), `json_object`, or `json_schema`

@@ -7,11 +7,13 @@ use serde_json::{json, Value};
 use utoipa::openapi::{self, RefOr};
 
 mod dialects;
+mod parts;
 
 use dialects::{
     anthropic_message, anthropic_request, anthropic_stream_event, response_object,
     response_output_item, response_stream_event, responses_request,
 };
+use parts::{count, nullable, obj};
 
 /// Types whose schema is written by hand (`hand_schemas`): utoipa
 /// registers a placeholder under the name wherever an operation names the
@@ -76,19 +78,6 @@ hand_types!(
     WebPage,
     WebAsset,
 );
-
-fn nullable(t: &str) -> Value {
-    json!({"type": [t, "null"]})
-}
-
-fn obj(required: &[&str], properties: Value) -> Value {
-    json!({"type": "object", "required": required, "properties": properties})
-}
-
-/// An integer of at least 0.
-fn count() -> Value {
-    json!({"type": "integer", "minimum": 0})
-}
 
 /// Every hand-described schema, from the code that reads or writes it.
 pub(super) fn hand_schemas() -> Vec<(&'static str, Value)> {

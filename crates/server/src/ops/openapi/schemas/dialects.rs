@@ -3,7 +3,7 @@
 
 use serde_json::{json, Value};
 
-use super::{count, nullable, obj};
+use super::parts::{count, nullable, obj};
 
 /// A Messages API request, as `steward_dialects::anthropic::to_chat`
 /// reads it (`null` reads as absent). The chat request it becomes is then
