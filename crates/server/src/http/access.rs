@@ -1,6 +1,6 @@
 //! Who may call the API: API keys (`--api-key`, `--api-key-file`, the file
 //! reloaded on SIGHUP), per-key rate limits, and TLS certificates (also
-//! reloaded on SIGHUP). The `auth` middleware in `lib.rs` asks `Keys::check`.
+//! reloaded on SIGHUP). The `auth` middleware (`app/auth.rs`) asks `Keys::check`.
 //!
 //! A key file holds one key per line: `KEY [name=NAME] [rpm=N]`; blank
 //! lines and lines starting with `#` are skipped. `name` labels the key in

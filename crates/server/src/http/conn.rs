@@ -11,7 +11,7 @@
 //! - `idle_timeout`: a connection with no request in flight and no bytes
 //!   either way for this long is closed (keep-alive or never used).
 //! - the body-read timeout and size cap are the `read_body` middleware's
-//!   (`lib.rs`), so that their refusals are JSON in the API's shape.
+//!   (`app/body.rs`), so that their refusals are JSON in the API's shape.
 //!
 //! Shutdown: when `shutdown` resolves the listener closes, every connection
 //! is told to finish its current response and close (idle ones close at
