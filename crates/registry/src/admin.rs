@@ -62,7 +62,7 @@ impl Registry {
             .map_err(RegistryError::Admin)?;
         let mut g = self.lock();
         if let Some(e) = g.iter_mut().find(|e| e.spec.name == model) {
-            e.spec.config.adapters.push(spec);
+            e.spec.config.model.adapters.push(spec);
         }
         Ok(info)
     }

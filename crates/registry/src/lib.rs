@@ -154,8 +154,8 @@ impl Registry {
         let config = engine.config().clone();
         let r = Self::new(
             vec![ModelSpec {
-                name: config.served_name.clone(),
-                source: Source::Path(config.model_path.clone()),
+                name: config.model.served_name.clone(),
+                source: Source::Path(config.model.model_path.clone()),
                 config,
                 pinned: true,
             }],
@@ -405,8 +405,8 @@ impl Registry {
             .map_err(|e| failed(e.to_string()))?
             .map_err(failed)?;
         let mut config = spec.config.clone();
-        config.model_path = path;
-        config.served_name = name.to_string();
+        config.model.model_path = path;
+        config.model.served_name = name.to_string();
         let loaded = background(move || Engine::load(config))
             .await
             .map_err(failed)?

@@ -55,10 +55,10 @@ fn check_steps(v: &Value, last_n: &mut u64, steps: &mut usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_feed_shows_requests_steps_ledger_and_cancellations() {
-    // The feed count is the process's: no other test's feed meanwhile.
+    // The feed count is the server's (once the process's: the lock stays).
     let _feeds = common::DASHBOARD_FEEDS.lock().await;
-    common::feeds_closed(0).await;
     let s = common::server().await;
+    common::feeds_closed(&s, 0).await;
     // The pages, with a CSP that allows nothing from elsewhere.
     for path in ["/", "/dashboard", "/ui/chat.js", "/ui/app.css"] {
         let r = s
@@ -197,7 +197,7 @@ async fn the_feed_shows_requests_steps_ledger_and_cancellations() {
 
     // At most MAX_FEEDS open feeds; the next is refused.
     let mut open = Vec::new();
-    while steward_server::dashboard::open_feeds() < steward_server::dashboard::MAX_FEEDS {
+    while s.state.open_feeds() < steward_server::dashboard::MAX_FEEDS {
         let r = s
             .client
             .get(format!("{}/dashboard/events", s.base))
@@ -218,5 +218,5 @@ async fn the_feed_shows_requests_steps_ledger_and_cancellations() {
     assert_eq!(v["error"]["code"], "too_many_feeds");
     drop(open);
     drop(feed);
-    common::feeds_closed(0).await;
+    common::feeds_closed(&s, 0).await;
 }

@@ -1,6 +1,6 @@
 //! `GET /openapi.json` describes the router it is served by: an OpenAPI
 //! 3.1 document whose operations are exactly the routes `app()` declares
-//! (read from `src/lib.rs` itself, so a route added without its
+//! (read from `src/app/router.rs` itself, so a route added without its
 //! description fails here), each of which the live server answers (never
 //! "unknown route" or "method not allowed"); every `$ref` resolves, every
 //! operation has its 200 and error bodies, the authenticated ones their
@@ -59,10 +59,10 @@ const OPEN: &[&str] = &[
 ];
 
 /// The `.route(PATH, METHOD(..).METHOD(..))` calls of `app()` in
-/// `src/lib.rs`, paths in OpenAPI's syntax (`{*id}` is `{id}`).
+/// `src/app/router.rs`, paths in OpenAPI's syntax (`{*id}` is `{id}`).
 fn routes_in_source() -> BTreeSet<(String, String)> {
-    let src = include_str!("../../src/lib.rs");
-    let start = src.find("pub fn app(").expect("app() in lib.rs");
+    let src = include_str!("../../src/app/router.rs");
+    let start = src.find("pub fn app(").expect("app() in app/router.rs");
     let end = start + src[start..].find("\nfn ").expect("the fn after app()");
     let body = &src[start..end];
     let mut out = BTreeSet::new();
@@ -256,15 +256,14 @@ async fn the_document_names_every_route_and_the_server_answers_each() {
             m => panic!("method {m}"),
         };
         if *path == "/dashboard/events" {
-            // An endless stream: its head is enough. (Feeds are counted per
-            // process: none of another test's meanwhile, and this one
-            // closed before the next test may count them.)
+            // An endless stream: its head is enough (and closed before the
+            // next route is asked).
             let _feeds = common::DASHBOARD_FEEDS.lock().await;
-            let open = steward_server::dashboard::open_feeds();
+            let open = s.state.open_feeds();
             let r = req.send().await.unwrap();
             assert_eq!(r.status(), 200, "{method} {path}");
             drop(r);
-            common::feeds_closed(open).await;
+            common::feeds_closed(&s, open).await;
             continue;
         }
         let r = req.send().await.unwrap();

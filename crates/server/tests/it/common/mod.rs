@@ -21,20 +21,20 @@ use steward_engine::{Engine, EngineConfig};
 pub const HANG_GUARD: Duration = Duration::from_secs(300);
 
 /// Held by a test while it has dashboard feeds open: their count is one
-/// per process (`steward_server::dashboard::open_feeds`), and the tests of
-/// this binary run side by side. A holder waits for its feeds to close
+/// per server (`AppState::open_feeds`), and the tests of this binary run
+/// side by side. A holder waits for its feeds to close
 /// ([`feeds_closed`]) before it lets go.
 pub static DASHBOARD_FEEDS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// Polls until the process's dashboard feeds are down to `n` (a dropped
+/// Polls until the server's dashboard feeds are down to `n` (a dropped
 /// feed closes when the server next writes to it).
-pub async fn feeds_closed(n: usize) {
+pub async fn feeds_closed(s: &Server, n: usize) {
     let deadline = Instant::now() + HANG_GUARD;
-    while steward_server::dashboard::open_feeds() > n {
+    while s.state.open_feeds() > n {
         assert!(
             Instant::now() < deadline,
             "dashboard feeds still open: {}",
-            steward_server::dashboard::open_feeds()
+            s.state.open_feeds()
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -45,6 +45,8 @@ pub struct Server {
     pub client: reqwest::Client,
     /// The server's open connections (`steward_http_connections`).
     pub conns: std::sync::Arc<steward_server::conn::ConnStats>,
+    /// The server's state (its open dashboard feeds).
+    pub state: std::sync::Arc<steward_server::AppState>,
 }
 
 pub async fn server_with(api_key: Option<&str>, tweak: impl FnOnce(&mut EngineConfig)) -> Server {
@@ -79,11 +81,12 @@ pub async fn server_opts(
     let conns = state.conns.clone();
     let listener = steward_server::bind("127.0.0.1:0".parse().unwrap(), None).unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(steward_server::serve_forever(listener, state, conn));
+    tokio::spawn(steward_server::serve_forever(listener, state.clone(), conn));
     Server {
         base: format!("http://{addr}"),
         client: reqwest::Client::new(),
         conns,
+        state,
     }
 }
 
@@ -98,7 +101,7 @@ pub async fn serve_state(
     let addr = listener.local_addr().unwrap();
     tokio::spawn(steward_server::serve_forever(
         listener,
-        state,
+        state.clone(),
         Default::default(),
     ));
     let mut headers = reqwest::header::HeaderMap::new();
@@ -112,6 +115,7 @@ pub async fn serve_state(
             .build()
             .unwrap(),
         conns,
+        state,
     }
 }
 

@@ -1,0 +1,11 @@
+//! The HTTP ground every other folder stands on: the one error type and its
+//! HTTP mapping (`error`), connections (`conn`: accept loop, limits, TLS
+//! handshake, `bind`), API keys, rate limits and TLS config (`access`), and
+//! the HTTP side's counters (`counters`).
+//!
+//! Uses no sibling folder: everything here is a leaf of the crate.
+
+pub mod access;
+pub mod conn;
+pub mod counters;
+pub mod error;

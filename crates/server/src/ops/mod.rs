@@ -1,0 +1,17 @@
+//! What operators and routers read: `/metrics` text (`metrics`, every
+//! model's merged by `labels`), the `/metrics` and `/debug/*` handlers
+//! (`routes`), the dashboard's feed (`dashboard`), `/get_load`
+//! (`gateway`), KV-cache events over ZeroMQ (`kvevents`) and
+//! `/openapi.json` (`openapi`).
+//!
+//! May use `api/` (the shared state, the models' states), `http/`; reads
+//! the engines' published snapshots, never sends an owner a command but
+//! `/debug/cells`'.
+
+pub mod dashboard;
+pub(crate) mod gateway;
+pub mod kvevents;
+pub(crate) mod labels;
+pub mod metrics;
+pub(crate) mod openapi;
+pub(crate) mod routes;

@@ -1,0 +1,14 @@
+//! Stage ① prepare: a wire body turned into what the engine is asked for.
+//! Field validation (`validate` → `GenSpec` and `PromptInput`, in `spec`),
+//! every client-controlled limit (`limits`), a chat's messages into the
+//! template's input (`chat_input`), `tools`/`tool_choice` (`tools`), the
+//! grammar a chat's output is held to (`forcing`).
+//!
+//! May use `http/` (errors) only.
+
+pub mod chat_input;
+pub(crate) mod forcing;
+pub mod limits;
+pub mod spec;
+pub mod tools;
+pub mod validate;
