@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::DialectError;
+use crate::error::DialectError;
 
 pub(crate) type R<T> = Result<T, DialectError>;
 

@@ -10,14 +10,15 @@
 //! Everything in this crate is pure and deterministic: no clock (except the
 //! store's TTL, whose clock can be injected), no randomness, no I/O.
 
-use std::fmt;
-
 use serde::Serialize;
 use serde_json::Value;
 
 pub mod anthropic;
+mod error;
 mod fields;
 pub mod responses;
+
+pub use error::DialectError;
 
 /// One piece of a streamed answer, in the order the model produced it.
 ///
@@ -92,66 +93,3 @@ impl Out {
         format!("event: {}\ndata: {}\n\n", self.event, self.data)
     }
 }
-
-/// A request that cannot be translated (or a failure to report in an
-/// API's shape): an HTTP status, an error type (`invalid_request_error`,
-/// …), a message, and the parameter at fault (a path such as
-/// `messages[1].content[0]`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DialectError {
-    pub status: u16,
-    pub kind: &'static str,
-    pub message: String,
-    pub param: Option<String>,
-}
-
-impl DialectError {
-    /// A 400 `invalid_request_error` about `param`.
-    pub fn invalid(param: impl Into<String>, message: impl Into<String>) -> Self {
-        DialectError {
-            status: 400,
-            kind: "invalid_request_error",
-            message: message.into(),
-            param: Some(param.into()),
-        }
-    }
-
-    /// A 404 `not_found_error`-class failure (`invalid_request_error` in
-    /// OpenAI's vocabulary, which the Responses API uses).
-    pub fn not_found(param: Option<&str>, message: impl Into<String>) -> Self {
-        DialectError {
-            status: 404,
-            kind: "invalid_request_error",
-            message: message.into(),
-            param: param.map(str::to_string),
-        }
-    }
-
-    /// An OpenAI-shaped error body (`{"error":{"message","type","param",
-    /// "code"}}`) answered with `status`, as a `DialectError`. A body of
-    /// another shape still gives a message (its text, or the status).
-    pub fn from_openai(status: u16, body: &Value) -> Self {
-        let e = body.get("error").unwrap_or(body);
-        let message = match e.get("message").and_then(Value::as_str) {
-            Some(m) => m.to_string(),
-            None => match body {
-                Value::String(s) if !s.is_empty() => s.clone(),
-                _ => format!("request failed with HTTP status {status}"),
-            },
-        };
-        DialectError {
-            status,
-            kind: anthropic::error_kind_for_status(status),
-            message,
-            param: e.get("param").and_then(Value::as_str).map(str::to_string),
-        }
-    }
-}
-
-impl fmt::Display for DialectError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} ({}): {}", self.status, self.kind, self.message)
-    }
-}
-
-impl std::error::Error for DialectError {}

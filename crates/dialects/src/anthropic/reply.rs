@@ -4,7 +4,9 @@
 use serde_json::{json, Value};
 use steward_protocol::ChatCompletionResponse;
 
-use crate::{DialectError, Finish, Out, Piece, Usage};
+pub use crate::error::error_kind_for_status;
+use crate::error::DialectError;
+use crate::{Finish, Out, Piece, Usage};
 
 /// The message ID for a chat completion's ID: `msg_` and its suffix.
 pub fn message_id(chat_id: &str) -> String {
@@ -275,20 +277,6 @@ fn delta(index: u32, d: Value) -> Out {
 /// `{"type":"error","error":{"type","message"}}`.
 pub fn error_body(e: &DialectError) -> Value {
     json!({"type": "error", "error": {"type": e.kind, "message": e.message}})
-}
-
-/// The Messages API's error type for an HTTP status.
-pub fn error_kind_for_status(status: u16) -> &'static str {
-    match status {
-        400 => "invalid_request_error",
-        401 => "authentication_error",
-        403 => "permission_error",
-        404 => "not_found_error",
-        413 => "request_too_large",
-        429 => "rate_limit_error",
-        503 | 529 => "overloaded_error",
-        _ => "api_error",
-    }
 }
 
 /// An OpenAI-shaped error body (`{"error":{"message","type","param",

@@ -2,8 +2,8 @@
 
 use serde_json::{json, Map, Value};
 
+use crate::error::DialectError;
 use crate::fields::{at, idx, missing, unsupported, wrong_type, Obj, R};
-use crate::DialectError;
 
 /// What `to_chat` made of a Messages request.
 #[derive(Debug, Clone, PartialEq)]

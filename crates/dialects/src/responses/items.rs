@@ -3,8 +3,8 @@
 
 use serde_json::{json, Map, Value};
 
+use crate::error::DialectError;
 use crate::fields::{idx, missing, unsupported, wrong_type, Obj, R};
-use crate::DialectError;
 
 const TEXT_ONLY: &str = " by this server: its models read text only";
 

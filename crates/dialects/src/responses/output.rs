@@ -6,7 +6,8 @@ use serde_json::{json, Map, Value};
 use steward_protocol::ChatCompletionResponse;
 
 use super::{Echo, RTranslated};
-use crate::{DialectError, Finish, Out, Piece, Usage};
+use crate::error::DialectError;
+use crate::{Finish, Out, Piece, Usage};
 
 /// One output item as accumulated.
 #[derive(Debug, Clone, PartialEq)]

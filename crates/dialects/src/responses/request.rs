@@ -5,8 +5,8 @@ use serde_json::{json, Map, Value};
 
 use super::items::{input, Conversation};
 use super::Stored;
+use crate::error::DialectError;
 use crate::fields::{idx, unsupported, wrong_type, Obj, R};
-use crate::DialectError;
 
 /// What `to_chat` made of a Responses request.
 #[derive(Debug, Clone, PartialEq)]
