@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite: formatting, lints, unit + real-model + HTTP tests
+# The whole test suite: formatting, the layout rules (scripts/check-layout.py),
+# lints, unit + real-model + HTTP tests
 # (release build: the model runs in every tier), chat templates against
 # transformers (scripts/template-oracle.sh; tiny GGUFs per template from
 # scripts/gen-template-ggufs.sh; the templates are fetched from PyPI's
@@ -30,6 +31,8 @@ fuzz_build=$!
 trap 'kill $fuzz_build 2>/dev/null || true' EXIT
 phase "cargo fmt --check"
 cargo fmt --all --check
+phase "layout: no cycle between folders, files <= 800 lines, fns <= 120 lines (scripts/check-layout.py)"
+python3 scripts/check-layout.py
 phase "cargo clippy"
 cargo clippy --release --all-targets -- -D warnings
 # The test build makes the binary the scripts below use (one build, not two).
