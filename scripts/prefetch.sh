@@ -5,9 +5,14 @@
 # any of it. Each piece is skipped when already there; each later script
 # still checks for its own and installs what is missing, so they also run
 # alone. Output: target/prefetch.log.
+# Usage: scripts/prefetch.sh [engine|http|all] (default all), test.sh's tier:
+# engine: the templates, the oracle's venv and the project venv; http: also
+# Chromium, the vLLM Router, schemathesis, curl and jq; all: also podman,
+# runc, mmdebstrap, patchelf and the images' Debian base.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
+tier="${1:-all}"
 mkdir -p target
 # The real chat templates (the llama-cpp-python sdist) and the oracle's venv.
 ./scripts/fetch-templates.sh >/dev/null
@@ -18,6 +23,10 @@ venv="$root/target/pyenv"
 "$venv/bin/pip" install --quiet --disable-pip-version-check numpy gguf safetensors tokenizers \
   'openai>=1.66,<3' 'anthropic>=0.40,<1' 'prometheus-client>=0.17' 'jsonschema>=4' httpx \
   pyyaml 'kubernetes-validate==1.37.0' 'pyzmq>=25' 'msgpack>=1'
+if [ "$tier" = engine ]; then
+  echo "prefetch: done (engine)"
+  exit 0
+fi
 # Debian's Chromium and the pinned Playwright (scripts/browser_check.sh).
 ./scripts/browser_check.sh --install-only
 # The vLLM Router (scripts/router_check.sh).
@@ -28,7 +37,9 @@ venv="$root/target/pyenv"
 # jq; then the images' Debian base (mmdebstrap over Debian's packages, cached
 # in target/image/), which needs no build.
 need=()
-for t in podman runc mmdebstrap patchelf jq curl; do
+tools=(jq curl)
+[ "$tier" = http ] || tools=(podman runc mmdebstrap patchelf jq curl)
+for t in "${tools[@]}"; do
   command -v "$t" >/dev/null 2>&1 || need+=("$t")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -37,5 +48,5 @@ if [ ${#need[@]} -gt 0 ]; then
   $sudo_cmd apt-get -o DPkg::Lock::Timeout=600 update -qq
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get -o DPkg::Lock::Timeout=600 install -y -qq "${need[@]}" >/dev/null
 fi
-./scripts/image.sh --base-only
+[ "$tier" = http ] || ./scripts/image.sh --base-only
 echo "prefetch: done"

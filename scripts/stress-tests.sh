@@ -10,6 +10,8 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 n="${1:-5}"
+# A test whose fixture is missing fails here (never a silent skip).
+export STEWARD_REQUIRE_FIXTURES=1
 ./scripts/setup.sh
 command -v stress-ng >/dev/null 2>&1 || {
   sudo_cmd=""

@@ -1,37 +1,92 @@
 #!/usr/bin/env bash
-# The whole test suite: formatting, lints, unit + real-model + HTTP tests
-# (release build: the model runs in every tier), chat templates against
-# transformers (scripts/template-oracle.sh; tiny GGUFs per template from
+# The whole test suite: formatting, the layout rules (scripts/check-layout.py),
+# lints, unit + real-model + HTTP tests (a release build: the model runs at
+# release speed), chat templates against transformers
+# (scripts/template-oracle.sh; tiny GGUFs per template from
 # scripts/gen-template-ggufs.sh; the templates are fetched from PyPI's
-# llama-cpp-python 0.3.36 source package, never kept here), the official OpenAI,
-# Anthropic Python clients against a live server, access (TLS, keys, rate
-# limits), two replicas behind the vLLM Router, KV events, one model over RPC
-# workers, the web pages in Chromium, schemathesis against /openapi.json, and
-# every fuzz target briefly (FUZZ_SECONDS each, default 10). Fetches the models
-# when missing; downloads run beside the compile (scripts/prefetch.sh). Each
-# phase prints the seconds since the start.
+# llama-cpp-python 0.3.36 source package, never kept here), the official
+# OpenAI, Anthropic Python clients against a live server, access (TLS, keys,
+# rate limits), two replicas behind the vLLM Router, KV events, one model over
+# RPC workers, the web pages in Chromium, schemathesis against /openapi.json,
+# and every fuzz target briefly (FUZZ_SECONDS each, default 10). Fetches the
+# models when missing; downloads run beside the compile (scripts/prefetch.sh).
+# Each phase prints the seconds since the start.
+#
+# Usage: scripts/test.sh [unit|engine|http|all]   (default all: what CI runs)
+#   unit    cargo fmt --check, scripts/check-layout.py, clippy, and the tests
+#           that need no model and no download: every crate's unit tests
+#           (--lib --bins) and the model-free test binaries (steward-formats'
+#           families and fuzz_regressions, steward-hub's hub and pypi, both
+#           against local servers).
+#   engine  unit's checks, then the default model, the fixtures
+#           (scripts/test-fixtures.sh: template GGUFs and the transformers
+#           oracle's cases, Gemma 3 270M, the random-weight GGUFs, the
+#           embedding GGUFs) and every Rust test (cargo test --release
+#           --workspace: unit, real-model and in-process HTTP tests).
+#   http    engine, then every check against a live `steward serve`: the
+#           prefix-cache replay (swa-check.py), the OpenAI and Anthropic
+#           clients, access, the vLLM Router, KV events, RPC workers, the web
+#           pages in Chromium, schemathesis.
+#   all     http, and the Kubernetes manifests (deploy_check.py), the release
+#           tarball, the container images and pods, the fuzz targets; phases
+#           run in the order above, each tier's inside the next.
+# Every tier exports STEWARD_REQUIRE_FIXTURES=1: a test whose fixture is
+# missing fails instead of skipping.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
+tier="${1:-all}"
+case "$tier" in
+  unit) level=1 ;;
+  engine) level=2 ;;
+  http) level=3 ;;
+  all) level=4 ;;
+  *) echo "usage: $0 [unit|engine|http|all]" >&2; exit 2 ;;
+esac
+# Whether this run's tier includes the given one.
+tier() {
+  case "$1" in
+    unit) [ "$level" -ge 1 ] ;;
+    engine) [ "$level" -ge 2 ] ;;
+    http) [ "$level" -ge 3 ] ;;
+    all) [ "$level" -ge 4 ] ;;
+  esac
+}
+export STEWARD_REQUIRE_FIXTURES=1
 ./scripts/setup.sh
 t0=$SECONDS
 phase() { echo "== [$((SECONDS - t0)) s] $*"; }
-# Downloads (templates, Python packages, Chromium) beside the compile.
 mkdir -p target
-./scripts/prefetch.sh >target/prefetch.log 2>&1 &
-prefetch=$!
+fuzz_build=""
+if tier engine; then
+  # Downloads (templates, Python packages, Chromium) beside the compile.
+  ./scripts/prefetch.sh "$tier" >target/prefetch.log 2>&1 &
+  prefetch=$!
+fi
 # The fuzz targets' own build (fuzz/target, a debug build with coverage
 # instrumentation: it shares nothing with the main build) at the lowest
 # priority from the start: it takes the CPU the main build leaves idle (its
 # links, its serial crates) and the tests leave idle (servers waiting on
 # clients, timeouts). Waited for before the fuzz phase.
-nice -n 19 ./scripts/fuzz.sh --build-only >target/fuzz-build.log 2>&1 &
-fuzz_build=$!
-trap 'kill $fuzz_build 2>/dev/null || true' EXIT
+if tier all; then
+  nice -n 19 ./scripts/fuzz.sh --build-only >target/fuzz-build.log 2>&1 &
+  fuzz_build=$!
+  trap 'kill $fuzz_build 2>/dev/null || true' EXIT
+fi
 phase "cargo fmt --check"
 cargo fmt --all --check
+phase "layout: no cycle between folders, files <= 800 lines, fns <= 120 lines (scripts/check-layout.py)"
+python3 scripts/check-layout.py
 phase "cargo clippy"
 cargo clippy --release --all-targets -- -D warnings
+if ! tier engine; then
+  phase "cargo test: unit tests and the model-free test binaries"
+  cargo test --release --workspace --lib --bins
+  cargo test --release -p steward-formats --test families --test fuzz_regressions
+  cargo test --release -p steward-hub --test hub --test pypi
+  phase "unit: all passed"
+  exit 0
+fi
 # The test build makes the binary the scripts below use (one build, not two).
 phase "cargo test --no-run (the binary and every test)"
 cargo test --release --workspace --no-run
@@ -42,6 +97,10 @@ phase "default model"
 ./scripts/test-fixtures.sh "$((SECONDS - t0))"
 phase "cargo test"
 cargo test --release --workspace
+if ! tier http; then
+  phase "engine: all passed"
+  exit 0
+fi
 phase "replay check: prefix cache on vs off, sliding-window models (scripts/swa-check.py)"
 # --ubatch 64: the random Gemma 3's window cache is then 256 cells, so the
 # long decode overwrites old window cells. --tie: each model's noise floor
@@ -76,20 +135,26 @@ phase "KV-cache events over ZeroMQ against the cell map (scripts/kv_events_check
 target/pyenv/bin/python scripts/kv_events_check.py target/release/steward
 phase "one model across two RPC workers: greedy equals local, a killed worker (scripts/rpc_check.py)"
 python3 scripts/rpc_check.py target/release/steward
-phase "Kubernetes manifests in deploy/, offline (scripts/deploy_check.py)"
-target/pyenv/bin/python scripts/deploy_check.py target/pyenv/bin/kubernetes-validate
-phase "release tarball of this build and the container images, no registry (scripts/release.sh --native, scripts/image.sh)"
-./scripts/release.sh --native
-./scripts/image.sh
-phase "the image as it ships: fetches the default model, non-root, read-only root, podman stop drains, exit 0 (scripts/image_check.py --quick)"
-version="$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)"
-target/pyenv/bin/python scripts/image_check.py --quick "localhost/steward:$version"
-phase "deploy/ as real pods from the image: podman kube play, readiness, OpenAI client, SIGTERM drains (scripts/pod_check.py)"
-target/pyenv/bin/python scripts/pod_check.py
+if tier all; then
+  phase "Kubernetes manifests in deploy/, offline (scripts/deploy_check.py)"
+  target/pyenv/bin/python scripts/deploy_check.py target/pyenv/bin/kubernetes-validate
+  phase "release tarball of this build and the container images, no registry (scripts/release.sh --native, scripts/image.sh)"
+  ./scripts/release.sh --native
+  ./scripts/image.sh
+  phase "the image as it ships: fetches the default model, non-root, read-only root, podman stop drains, exit 0 (scripts/image_check.py --quick)"
+  version="$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)"
+  target/pyenv/bin/python scripts/image_check.py --quick "localhost/steward:$version"
+  phase "deploy/ as real pods from the image: podman kube play, readiness, OpenAI client, SIGTERM drains (scripts/pod_check.py)"
+  target/pyenv/bin/python scripts/pod_check.py
+fi
 phase "web chat and dashboard in Chromium (scripts/browser_check.sh)"
 ./scripts/browser_check.sh --shots target/browser-shots
 phase "schemathesis against /openapi.json (scripts/schemathesis_check.sh)"
 ./scripts/schemathesis_check.sh
+if ! tier all; then
+  phase "http: all passed"
+  exit 0
+fi
 phase "fuzz targets, ${FUZZ_SECONDS:-10} s each (waiting for their build: target/fuzz-build.log)"
 wait $fuzz_build || { tail -30 target/fuzz-build.log; echo "fuzz build failed" >&2; exit 1; }
 ./scripts/fuzz.sh "${FUZZ_SECONDS:-10}"

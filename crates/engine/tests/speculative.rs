@@ -21,16 +21,10 @@ use steward_engine::{
     SpecRequest, TokenId,
 };
 
-fn draft_gguf() -> PathBuf {
+fn draft_gguf() -> Option<PathBuf> {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../target/arch-ggufs/draft-smollm2.gguf");
-    assert!(
-        p.exists(),
-        "{} missing: scripts/gen-random-gguf.py chat --src DEFAULT.gguf --template T --out {} (scripts/test.sh does this)",
-        p.display(),
-        p.display()
-    );
-    p
+    common::fixture(p, "scripts/test-fixtures.sh")
 }
 
 fn config(draft: Option<PathBuf>) -> EngineConfig {
@@ -121,7 +115,8 @@ fn greedy() -> SamplingParams {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn greedy_output_is_identical_with_ngram_and_draft_model() {
-    let h = engine(Some(draft_gguf())).await;
+    let Some(draft) = draft_gguf() else { return };
+    let h = engine(Some(draft)).await;
     let mut prompts = Vec::new();
     for p in GROUNDED {
         prompts.push(chat(&h, p).await);
@@ -315,6 +310,9 @@ async fn draft_model_that_does_not_fit_is_refused_at_start() {
     assert!(e.to_string().contains("vocabulary"), "{e}");
     // The default model's tokenizer, but sliding-window memory.
     let swa = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/arch-ggufs/gemma3.gguf");
+    let Some(swa) = common::fixture(swa, "scripts/test-fixtures.sh") else {
+        return;
+    };
     let e = Engine::start(config(Some(swa))).err().expect("refused");
     assert!(e.to_string().contains("full-attention"), "{e}");
 }

@@ -25,10 +25,11 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-fn ggufs() -> Vec<PathBuf> {
+fn ggufs() -> Option<Vec<PathBuf>> {
     let dir = std::env::var("STEWARD_TEMPLATE_GGUFS")
         .map(PathBuf::from)
         .unwrap_or_else(|_| root().join("target/template-ggufs"));
+    let dir = crate::common::fixture(dir, "scripts/test-fixtures.sh")?;
     let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| {
             panic!(
@@ -46,7 +47,7 @@ fn ggufs() -> Vec<PathBuf> {
         v.len(),
         dir.display()
     );
-    v
+    Some(v)
 }
 
 async fn stop(h: EngineHandle) {
@@ -97,8 +98,14 @@ fn skip(case: &str, native_tools: bool, template: &str, has_tools: bool) -> bool
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_template_renders_as_transformers() {
+    let Some(models) = ggufs() else { return };
+    let cases = crate::common::fixture(
+        root().join("target/template-cases.json"),
+        "scripts/test-fixtures.sh",
+    );
+    let Some(cases) = cases else { return };
     let cases: Vec<Value> = serde_json::from_str(
-        &std::fs::read_to_string(root().join("target/template-cases.json"))
+        &std::fs::read_to_string(cases)
             .expect("target/template-cases.json: run scripts/template-oracle.sh"),
     )
     .unwrap();
@@ -117,7 +124,7 @@ async fn every_template_renders_as_transformers() {
     }
     let limits = steward_server::validate::Limits::default();
     let (mut same, mut refused, mut skipped, mut fails) = (0, 0, 0, Vec::new());
-    for model in ggufs() {
+    for model in models {
         let name = stem(&model);
         let Some(cs) = by_template.get(&name) else {
             continue;
@@ -278,7 +285,12 @@ async fn forced_calls_round_trip_in_every_family() {
     let client = reqwest::Client::new();
     let mut families_seen = std::collections::BTreeSet::new();
     let mut fails = Vec::new();
-    for model in ggufs() {
+    let Some(models) = ggufs() else { return };
+    let oracle_env = root().join("target/oracle-env/bin/python");
+    if crate::common::fixture(oracle_env, "scripts/test-fixtures.sh").is_none() {
+        return;
+    }
+    for model in models {
         let name = stem(&model);
         let h = start(&model);
         assert!(h.wait_ready().await, "{name}: engine not ready");
