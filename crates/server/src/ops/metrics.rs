@@ -134,6 +134,7 @@ pub fn render(e: &EngineStats, waiting: usize) -> String {
 
 /// (name, help, type, value): every engine-side metric with one sample,
 /// declared here (a data table).
+// check-layout: table (one row per metric)
 fn engine_table(
     e: &EngineStats,
     waiting: usize,

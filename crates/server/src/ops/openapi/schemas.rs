@@ -80,6 +80,7 @@ hand_types!(
 );
 
 /// Every hand-described schema, from the code that reads or writes it.
+// check-layout: table (one entry per schema)
 pub(super) fn hand_schemas() -> Vec<(&'static str, Value)> {
     // One server-sent event (`event`, `data`), its `data` JSON of
     // `payload` (or `[DONE]` where `done`); comment lines keep a quiet
