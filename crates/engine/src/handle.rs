@@ -161,12 +161,12 @@ impl EngineHandle {
     }
 
     /// The memory ledger now.
-    pub fn ledger(&self) -> memory::Ledger {
+    pub fn ledger(&self) -> memory::MemoryLedger {
         self.ledger_of(&self.stats())
     }
 
     /// The ledger from a snapshot already read (`stats()`).
-    pub fn ledger_of(&self, s: &EngineStats) -> memory::Ledger {
+    pub fn ledger_of(&self, s: &EngineStats) -> memory::MemoryLedger {
         let rss = memory::rss_bytes().unwrap_or(0);
         let (c, f) = (&self.shared.config, &self.shared.model.facts);
         let at = memory::Placement::of(c.model.n_gpu_layers, f.n_layer);
@@ -175,7 +175,7 @@ impl EngineHandle {
         } else {
             Vec::new()
         };
-        memory::Ledger::placed(
+        memory::MemoryLedger::placed(
             s,
             self.shared.model.facts.weights_bytes,
             self.shared.config.admit.memory_budget,

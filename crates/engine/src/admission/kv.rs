@@ -31,7 +31,7 @@ struct Counters {
 }
 
 #[derive(Debug, Clone)]
-pub struct Ledger(Rc<Counters>);
+pub struct KvLedger(Rc<Counters>);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StateModel {
@@ -47,11 +47,11 @@ pub struct Permit {
     reserved: u64,
 }
 
-impl Ledger {
+impl KvLedger {
     pub fn new(capacity_cells: u64) -> Self {
         let c = Counters::default();
         c.capacity.set(capacity_cells);
-        Ledger(Rc::new(c))
+        KvLedger(Rc::new(c))
     }
 
     /// Reserve `growth` cells for a new sequence whose admission also adds
@@ -146,7 +146,7 @@ mod tests {
 
     #[test]
     fn reserve_consume_release_exactly_once() {
-        let l = Ledger::new(100);
+        let l = KvLedger::new(100);
         let mut a = l.try_reserve(60, 0).unwrap();
         assert!(l.try_reserve(41, 0).is_none(), "over capacity");
         let b = l.try_reserve(40, 0).unwrap();
@@ -165,7 +165,7 @@ mod tests {
 
     #[test]
     fn held_cells_count_until_freed_and_immediate_adds_count_too() {
-        let l = Ledger::new(100);
+        let l = KvLedger::new(100);
         l.set_held(70, 70);
         assert!(l.try_reserve(31, 0).is_none(), "cached cells still count");
         l.set_held(60, 60);

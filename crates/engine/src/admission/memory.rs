@@ -206,7 +206,7 @@ pub fn fit_sequences_on_device(
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Ledger {
+pub struct MemoryLedger {
     pub budget: Option<u64>,
     pub weights: u64,
     pub kv_pool: u64,
@@ -238,7 +238,7 @@ pub struct Ledger {
     pub devices: Vec<DeviceMemory>,
 }
 
-impl Ledger {
+impl MemoryLedger {
     /// The ledger of a model whose memory is all on the host.
     pub fn from_parts(s: &EngineStats, weights: u64, budget: Option<u64>, rss: u64) -> Self {
         Self::placed(s, weights, budget, rss, Placement::HOST, Vec::new())
@@ -273,7 +273,7 @@ impl Ledger {
         let device_bytes = at.on_device(weights + kv_pool + s.compute_bytes);
         let known =
             (weights + kv_pool + s.compute_bytes - device_bytes) + host_prefixes + checkpoints;
-        Ledger {
+        MemoryLedger {
             budget,
             weights,
             kv_pool,
@@ -354,7 +354,7 @@ mod tests {
             compute_bytes: 5_000,
             ..Default::default()
         };
-        let l = Ledger::from_parts(&s, 50_000, Some(1 << 30), 200_000);
+        let l = MemoryLedger::from_parts(&s, 50_000, Some(1 << 30), 200_000);
         assert_eq!(l.sum(), l.rss);
         assert_eq!(
             (l.live_state, l.reserved_growth, l.kv_free),
@@ -363,7 +363,7 @@ mod tests {
         assert_eq!(l.other, 200_000 - 50_000 - 100_000 - 5_000);
         // RSS below the known terms (weights not all resident): other is 0
         // and the total is the known terms.
-        let l = Ledger::from_parts(&s, 50_000, None, 10);
+        let l = MemoryLedger::from_parts(&s, 50_000, None, 10);
         assert_eq!(l.sum(), l.rss);
         assert_eq!((l.placement, l.device_bytes), ("host", 0));
     }
@@ -388,7 +388,7 @@ mod tests {
         };
         // 40,000 bytes of host RSS: the host prefix tier and what the
         // runtime holds beside it; weights and KV are on the GPU.
-        let l = Ledger::placed(&s, 50_000, None, 40_000, all, gpu.clone());
+        let l = MemoryLedger::placed(&s, 50_000, None, 40_000, all, gpu.clone());
         assert_eq!(l.placement, "device");
         assert_eq!(l.device_bytes, 50_000 + 100_000 + 5_000);
         assert_eq!(l.rss, 40_000);
@@ -400,7 +400,7 @@ mod tests {
             layers_on_device: 15,
             n_layer: 30,
         };
-        let l = Ledger::placed(&s, 50_000, None, 200_000, half, Vec::new());
+        let l = MemoryLedger::placed(&s, 50_000, None, 200_000, half, Vec::new());
         assert_eq!((l.placement, l.device_bytes), ("split", 77_500));
         assert_eq!(l.other, 200_000 - 77_500 - 7_000);
         assert_eq!(l.sum(), l.rss + l.device_bytes);

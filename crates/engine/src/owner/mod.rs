@@ -44,7 +44,7 @@ use std::time::Instant;
 
 use tokio::sync::{mpsc, watch};
 
-use crate::admission::kv::{Ledger, StateModel};
+use crate::admission::kv::{KvLedger, StateModel};
 use crate::config::EngineConfig;
 use crate::deliver::stats::EngineStats;
 use crate::runtime::backend::Backend;
@@ -96,7 +96,7 @@ pub(crate) struct Owner<B: Backend> {
     ctx_limit: u32,
     /// Admission: the KV ledger, its state model, host memory pressure.
     state_model: StateModel,
-    ledger: Ledger,
+    ledger: KvLedger,
     pressure: bool,
     pressure_checked: Instant,
     queue: state::Queue,
@@ -144,7 +144,7 @@ impl<B: Backend> Owner<B> {
             n_batch: runtime_params(&c).n_batch as usize,
             ctx_limit,
             state_model,
-            ledger: Ledger::new(match state_model {
+            ledger: KvLedger::new(match state_model {
                 StateModel::PerToken => u64::from(c.admit.ctx_per_seq) * c.admit.max_seqs as u64,
                 StateModel::PerSequence => c.admit.max_seqs as u64,
             }),

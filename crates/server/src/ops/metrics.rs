@@ -575,7 +575,7 @@ pub fn render_lora(o: &mut String, e: &EngineStats, max_lora: usize) {
 }
 
 /// Every ledger term as a gauge, `steward_memory_bytes{term=...}`.
-pub fn render_ledger(o: &mut String, l: &steward_engine::memory::Ledger) {
+pub fn render_ledger(o: &mut String, l: &steward_engine::memory::MemoryLedger) {
     let _ = writeln!(o, "# HELP steward_memory_bytes Memory ledger terms (they add up to term=\"rss\" plus term=\"device_bytes\", the share in GPU memory)\n# TYPE steward_memory_bytes gauge");
     let terms = [
         ("weights", Some(l.weights)),
