@@ -389,7 +389,7 @@ pub(super) fn hand_schemas() -> Vec<(&'static str, Value)> {
 }
 
 /// `/debug/ledger`: the default model's memory ledger (the engine's
-/// `Ledger`, bytes) at the top level, each loaded model's under `models`.
+/// `MemoryLedger`, bytes) at the top level, each loaded model's under `models`.
 fn ledger() -> Value {
     let terms = [
         "weights",
