@@ -7,11 +7,11 @@
 //! same adapters have equal identities.
 
 use std::collections::BTreeMap;
-use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+pub use steward_hub::known::{cache_dir, file_sha256};
 
 use crate::runtime::{LoadError, LoadedModel};
 
@@ -98,33 +98,6 @@ impl ModelIdentity {
 
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-pub fn cache_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("STEWARD_CACHE_DIR") {
-        return PathBuf::from(d);
-    }
-    if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
-        return PathBuf::from(d).join("steward");
-    }
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("."));
-    home.join(".cache").join("steward")
-}
-
-pub fn file_sha256(path: &Path) -> std::io::Result<String> {
-    let mut f = std::fs::File::open(path)?;
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-    }
-    Ok(hex(&h.finalize()))
 }
 
 fn cached_file_sha256(path: &Path) -> Result<String, LoadError> {

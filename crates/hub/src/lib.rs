@@ -32,6 +32,7 @@
 
 mod cache;
 mod download;
+pub mod known;
 pub mod pypi;
 mod select;
 #[cfg(feature = "test-hub")]
