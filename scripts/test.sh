@@ -75,7 +75,7 @@ if tier all; then
 fi
 phase "cargo fmt --check"
 cargo fmt --all --check
-phase "layout: no cycle between folders, files <= 800 lines, fns <= 120 lines (scripts/check-layout.py)"
+phase "layout: no import circle across folders, files <= 800 lines, fns <= 120 lines (scripts/check-layout.py)"
 python3 scripts/check-layout.py
 phase "cargo clippy"
 cargo clippy --release --all-targets -- -D warnings
