@@ -89,7 +89,7 @@ pub struct AdmitConfig {
     /// is sized to fit it; startup fails if the weights alone exceed it.
     pub memory_budget: Option<u64>,
     /// Keep finished sequences' KV state in idle slots and reuse it for
-    /// prompts with the same leading tokens (see `core::prefix`).
+    /// prompts with the same leading tokens (see `owner::kv::prefix`).
     pub prefix_cache: bool,
     /// Shortest prefix shared with a *running* sequence worth copying its
     /// whole KV stream (a cached idle slot is taken over at no copy cost).

@@ -3,7 +3,7 @@
 //! Set once, by the runtime adapter's abort hook (a dead RPC worker makes
 //! ggml abort). Every [`crate::deliver::stream::RequestStream`] waiting on the owner
 //! then ends with [`crate::deliver::stream::GenerationError::Runtime`], health checks
-//! answer 503, and the process exits shortly after (see `model::rpc`).
+//! answer 503, and the process exits shortly after (see `runtime::rpc`).
 
 use std::sync::OnceLock;
 

@@ -11,7 +11,7 @@ use crate::config::EngineConfig;
 use crate::deliver::stats::EngineStats;
 use crate::handle::{Engine, EngineHandle, Shared};
 use crate::identity::{self, ModelIdentity};
-use crate::owner as core;
+use crate::owner;
 use crate::prepare::Preparer;
 use crate::runtime::{self as model, LoadError, TokenId};
 
@@ -78,8 +78,8 @@ fn bytes_per_cell(model: &model::LoadedModel, c: &EngineConfig) -> u64 {
         return plain;
     };
     let sizes =
-        core::kv::memstate::measure(&mut rt, kind, &model.tokenize("Hello, world", true, false));
-    let per_seq = sizes.per_seq(kind, c.admit.ctx_per_seq, core::runtime_params(c).n_ubatch);
+        owner::kv::memstate::measure(&mut rt, kind, &model.tokenize("Hello, world", true, false));
+    let per_seq = sizes.per_seq(kind, c.admit.ctx_per_seq, owner::runtime_params(c).n_ubatch);
     if per_seq == 0 {
         return plain;
     }
@@ -210,7 +210,7 @@ impl Loaded {
         let queued = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let adapters = Arc::new(std::sync::RwLock::new(Vec::new()));
         let owner = if model.facts.pooling.is_some() {
-            core::embed::spawn(
+            owner::embed::spawn(
                 model.clone(),
                 config.clone(),
                 inbox_rx,
@@ -218,10 +218,10 @@ impl Loaded {
                 queued.clone(),
             )?
         } else {
-            core::spawn(core::OwnerArgs {
+            owner::spawn(owner::OwnerArgs {
                 model: model.clone(),
                 draft: draft.map(|d| d.0),
-                parts: core::OwnerParts {
+                parts: owner::OwnerParts {
                     config: config.clone(),
                     inbox: inbox_rx,
                     stats: stats_tx,

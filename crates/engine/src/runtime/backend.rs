@@ -1,5 +1,5 @@
 //! The seam between the execution owner and the model runtime: what a step
-//! needs, nothing more. `model::Runtime` implements it over llama.cpp; a
+//! needs, nothing more. `runtime::Runtime` implements it over llama.cpp; a
 //! deterministic fake implements it for the owner's unit tests.
 
 use crate::runtime::{Runtime, StepError, TokenId};
