@@ -44,7 +44,7 @@ Parts (--parts, comma-separated; default all):
            tokens/s = sum of usage.completion_tokens / wall time from the
            first request sent to the last stream's end; gaps = inter-chunk
            gaps of every stream after its first chunk. Steward runs with
-           RUST_LOG=steward_engine::core=trace: its "step" lines give the step
+           RUST_LOG=steward_engine::owner=trace: its "step" lines give the step
            times (runtime_ms: llama_decode alone) of every run. A last probe
            runs mix8, a8, mix8 on a llama-server at -lv 4 and keeps its lora
            log lines.
@@ -627,7 +627,7 @@ WORKLOADS = {  # name: list of (lora, temperature)
     "2a": [("a", 0.0)] * 2,
     "1a1b": [("a", 0.0), ("b", 0.0)],
 }
-STEP_RE = re.compile(r"steward_engine::core: .*?decode=(\d+) chunks=(\d+) prompt=(\d+) runtime_ms=([0-9.]+) ms=([0-9.]+)")
+STEP_RE = re.compile(r"steward_engine::owner::step: .*?decode=(\d+) .*?chunks=(\d+) prompt=(\d+) runtime_ms=([0-9.]+) ms=([0-9.]+)")
 
 
 def adapter_run(s, wl, r, tokens):
@@ -680,7 +680,7 @@ def part_adapters(rounds, tokens, base_port, with_llama):
                             "--seed", str(seed)], check=True)
     common = ["--model", f"smol={SMOL}", "--lora", f"a={LORA['a']}", "--lora", f"b={LORA['b']}",
               "--max-seqs", "8", "--ctx-per-seq", "2048"]
-    env = {"RUST_LOG": "info,steward_engine::core=trace"}
+    env = {"RUST_LOG": "info,steward_engine::owner=trace"}
     servers = [steward(f"steward-slice{k}", base_port + i, *common, "--adapter-slice", str(k), env=env)
                for i, k in enumerate((1, 2, 4, 8))]
     if with_llama:

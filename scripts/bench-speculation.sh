@@ -30,7 +30,7 @@ q8="$($bin/steward fetch-model)"; q8="${q8%/*}/SmolLM2-135M-Instruct.Q8_0.gguf"
 pids=()
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done' EXIT
 wait_ready() { for _ in $(seq 1 600); do curl -sf "$1" >/dev/null 2>&1 && return 0; sleep 0.2; done; echo "not ready: $1" >&2; return 1; }
-[ "${STEP_TRACE:-0}" = 1 ] && export RUST_LOG="${RUST_LOG:-info,steward_engine::core=trace}"
+[ "${STEP_TRACE:-0}" = 1 ] && export RUST_LOG="${RUST_LOG:-info,steward_engine::owner=trace}"
 $bin/steward serve --port 8431 --threads 2 --model "$q8" --served-model-name m --max-seqs 32 \
   --ctx-per-seq 1024 --prefix-cache false >"$out/steward.log" 2>&1 & pids+=($!)
 # Arms: name, URL, per-request extra body.

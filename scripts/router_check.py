@@ -54,7 +54,7 @@ class Replica:
              "--max-seqs", "4", "--ctx-per-seq", "1024", "--threads", "1", "--drain-timeout-s", "20"],
             stdout=subprocess.DEVNULL, stderr=open(self.log, "w"),
             # The admission line carries each request's id.
-            env={**os.environ, "RUST_LOG": "info,steward_engine::core::admit=debug"})
+            env={**os.environ, "RUST_LOG": "info,steward_engine::owner::admit=debug"})
 
     def ready(self):
         return http(self.base + "/ready", timeout=2)[0] == 200
