@@ -127,14 +127,17 @@ impl<B: Backend> Owner<B> {
         } else {
             None
         };
-        let host_len = self
-            .kv
-            .host
-            .best(pkey, prompt, |e, m| {
-                self.kv.memory.saved_reach(e.lo, e.tokens.len(), m)
-            })
-            .map_or(0, |(_, len)| len);
+        let host_len = self.host_best(pkey, prompt).map_or(0, |(_, len)| len);
         Offer { slots, host_len }
+    }
+
+    /// The host tier's entry with the longest usable prefix of `prompt`
+    /// (index, tokens), as far as the memory kind lets a saved state reach.
+    fn host_best(&self, pkey: PrefixKey, prompt: &[TokenId]) -> Option<(usize, usize)> {
+        let memory = &self.kv.memory;
+        self.kv.host.best(pkey, prompt, |e, m| {
+            memory.saved_reach(e.lo, e.tokens.len(), m)
+        })
     }
 
     /// The reservation, evicting cached entries (least recently used
@@ -210,11 +213,7 @@ impl<B: Backend> Owner<B> {
         prompt: &[TokenId],
     ) -> Option<(usize, usize)> {
         let saved = if d.restore {
-            self.kv
-                .host
-                .best(pkey, prompt, |e, m| {
-                    self.kv.memory.saved_reach(e.lo, e.tokens.len(), m)
-                })
+            self.host_best(pkey, prompt)
                 .filter(|&(_, len)| len > d.offered_len + self.kv.host.min_tokens)
                 .and_then(|(i, len)| Some((self.kv.host.take(i)?, len)))
         } else {
