@@ -51,6 +51,9 @@ pub struct ModelConfig {
     /// A small model with the same vocabulary that drafts for
     /// `speculative: draft` (`--draft-model`).
     pub draft_model: Option<PathBuf>,
+    /// A multimodal projector (`--mmproj`): images or audio in, through
+    /// llama.cpp's libmtmd.
+    pub mmproj: Option<PathBuf>,
 }
 
 /// ① prepare: the template, the tokenizer and grammar pools, the output cap (`prepare/`).
@@ -72,6 +75,13 @@ pub struct PrepareConfig {
     /// Largest `max_tokens` accepted (also the default when absent, capped
     /// by the context).
     pub max_tokens_limit: u32,
+    /// The media encoder (`prepare/encoder.rs`): its threads, its queue,
+    /// how long an item may wait in it, and the bytes of encoded media it
+    /// keeps by hash.
+    pub encoder_threads: i32,
+    pub encoder_queue: usize,
+    pub encoder_timeout: Duration,
+    pub encoder_cache_bytes: usize,
 }
 
 /// ② admit: slots, context, the waiting queue, the memory budget, what the prefix cache keeps (`admission/`, `owner/admit.rs`, `owner/kv/`).
@@ -225,6 +235,7 @@ impl EngineConfig {
                 progress: false,
                 adapters: Vec::new(),
                 draft_model: None,
+                mmproj: None,
             },
             prepare: PrepareConfig {
                 chat_template: None,
@@ -233,6 +244,10 @@ impl EngineConfig {
                 grammar_threads: 1,
                 grammar_queue: 16,
                 grammar_timeout: Duration::from_secs(10),
+                encoder_threads: 1,
+                encoder_queue: 32,
+                encoder_timeout: Duration::from_secs(60),
+                encoder_cache_bytes: 256 << 20,
                 max_tokens_limit: 4096,
             },
             admit: AdmitConfig {

@@ -175,14 +175,18 @@ impl EngineHandle {
         } else {
             Vec::new()
         };
-        memory::MemoryLedger::placed(
+        let l = memory::MemoryLedger::placed(
             s,
             self.shared.model.facts.weights_bytes,
             self.shared.config.admit.memory_budget,
             rss,
             at,
             gpus,
-        )
+        );
+        match self.shared.preparer.encoder() {
+            Some(e) => l.with_media(e.projector_bytes, e.cache_bytes()),
+            None => l,
+        }
     }
 
     /// Requests submitted and not yet admitted (the inbox's length).

@@ -25,6 +25,9 @@ pub struct ModelIdentity {
     pub context_length: u32,
     pub adapters: Vec<String>,
     pub description: String,
+    /// The multimodal projector's SHA-256 (`--mmproj`), when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub projector_sha256: Option<String>,
 }
 
 impl ModelIdentity {
@@ -48,6 +51,7 @@ impl ModelIdentity {
             context_length: f.n_ctx_train,
             adapters: Vec::new(),
             description: f.description.clone(),
+            projector_sha256: None,
         })
     }
 
@@ -64,12 +68,21 @@ impl ModelIdentity {
         };
         let adapters: Vec<&str> = self.adapters.iter().map(String::as_str).collect();
         crate::owner::kv::key::PrefixKey {
-            model: h(&[
-                &self.weights_sha256,
-                &self.vocab_sha256,
-                &self.chat_template_sha256,
-                &self.quantization,
-            ]),
+            model: match &self.projector_sha256 {
+                None => h(&[
+                    &self.weights_sha256,
+                    &self.vocab_sha256,
+                    &self.chat_template_sha256,
+                    &self.quantization,
+                ]),
+                Some(p) => h(&[
+                    &self.weights_sha256,
+                    &self.vocab_sha256,
+                    &self.chat_template_sha256,
+                    &self.quantization,
+                    p,
+                ]),
+            },
             adapters: if adapters.is_empty() { 0 } else { h(&adapters) },
             media: 0,
         }
@@ -100,7 +113,7 @@ pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn cached_file_sha256(path: &Path) -> Result<String, LoadError> {
+pub(crate) fn cached_file_sha256(path: &Path) -> Result<String, LoadError> {
     let unreadable = |e: std::io::Error| LoadError::Unreadable {
         path: path.display().to_string(),
         reason: e.to_string(),

@@ -108,7 +108,19 @@ impl Loaded {
     /// Bytes beside the weights and the KV pool: compute graphs, runtime
     /// and HTTP buffers, and the host tiers' budgets.
     fn overhead(&self) -> u64 {
-        (256u64 << 20) + self.config.admit.prefix_host_bytes + self.config.admit.checkpoint_bytes
+        (256u64 << 20)
+            + self.config.admit.prefix_host_bytes
+            + self.config.admit.checkpoint_bytes
+            + self.media_bytes()
+    }
+
+    /// The projector's file and the encoded-media cache's bound.
+    fn media_bytes(&self) -> u64 {
+        let Some(p) = &self.config.model.mmproj else {
+            return 0;
+        };
+        let file = std::fs::metadata(p).map_or(0, |m| m.len());
+        file + self.config.prepare.encoder_cache_bytes as u64
     }
 
     /// What serving with `max_seqs` slots holds: weights, overhead and the
@@ -204,7 +216,12 @@ impl Loaded {
             identity = %identity.summary(),
             "model loaded"
         );
-        let preparer = Preparer::new(model.clone(), &config).map_err(LoadError::Template)?;
+        let mut preparer = Preparer::new(model.clone(), &config).map_err(LoadError::Template)?;
+        let sha = identity.projector_sha256.clone().unwrap_or_default();
+        if let Some(e) = crate::prepare::encoder::Encoder::load(&model, &config, sha)? {
+            let max_span = owner::runtime_params(&config).n_ubatch as usize;
+            preparer.set_encoder(Arc::new(e), max_span);
+        }
         let (inbox_tx, inbox_rx) = mpsc::channel(config.admit.max_waiting.max(1));
         let (stats_tx, stats_rx) = watch::channel(EngineStats::starting(&config, load_ms));
         let queued = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -284,7 +301,10 @@ impl Engine {
         } else {
             bytes_per_cell(&model, &config)
         };
-        let identity = identity::ModelIdentity::compute(&config.model.model_path, &model)?;
+        let mut identity = identity::ModelIdentity::compute(&config.model.model_path, &model)?;
+        if let Some(p) = &config.model.mmproj {
+            identity.projector_sha256 = Some(identity::cached_file_sha256(p)?);
+        }
         let draft = match &config.model.draft_model {
             None => None,
             Some(path) => {

@@ -50,6 +50,46 @@ pub struct GenerateRequest {
     pub adapters: Vec<(usize, f32)>,
     /// Speculative decoding (`None`: the engine's default).
     pub speculative: Option<SpecRequest>,
+    /// The prompt's media spans, in order (their prompt positions hold
+    /// `placeholder` ids).
+    pub media: Vec<MediaSpan>,
+}
+
+/// A span of the prompt that is media: embedding rows from the projector,
+/// not tokens. Its prompt positions hold `placeholder(hash, i)`, so the
+/// prefix cache, the host tier and KV events key the span by its media.
+#[derive(Debug, Clone)]
+pub struct MediaSpan {
+    /// First prompt position, and rows.
+    pub start: usize,
+    pub len: usize,
+    /// SHA-256 of the media's encoded bytes: its identity.
+    pub hash: [u8; 32],
+    /// `len` rows of the model's input embedding width.
+    pub embd: Arc<[f32]>,
+    /// The rows attend both ways (decoded whole, causal attention off).
+    pub non_causal: bool,
+}
+
+/// The id at row `i` of a media span: negative (never a vocabulary id),
+/// from the media's hash and the row, so two different pictures part at
+/// their first row (but for a 2^-31 chance, which `reuse_bound` makes
+/// harmless: a match never ends inside a span).
+pub fn placeholder(hash: &[u8; 32], i: usize) -> TokenId {
+    let mut h = u64::from_le_bytes(hash[..8].try_into().unwrap_or_default());
+    h ^= (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    h = (h ^ (h >> 31)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    h ^= h >> 29;
+    -1 - (h & 0x7FFF_FFFE) as TokenId
+}
+
+/// The longest reuse of `len` prompt tokens that does not end inside a
+/// media span (a cached prefix holds a whole picture or stops before it).
+pub fn reuse_bound(len: usize, media: &[MediaSpan]) -> usize {
+    media
+        .iter()
+        .find(|m| m.start < len && len < m.start + m.len)
+        .map_or(len, |m| m.start)
 }
 
 impl GenerateRequest {
@@ -75,6 +115,7 @@ impl GenerateRequest {
             markers: None,
             adapters: Vec::new(),
             speculative: None,
+            media: Vec::new(),
         }
     }
 
@@ -100,4 +141,24 @@ pub enum SubmitError {
     NotReady,
     #[error("the server is draining for shutdown and admits no new requests")]
     Draining,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reuse_never_ends_inside_a_span() {
+        let span = |start, len| MediaSpan {
+            start,
+            len,
+            hash: [0; 32],
+            embd: Arc::from(Vec::new()),
+            non_causal: false,
+        };
+        let m = [span(4, 3), span(10, 2)];
+        let bounds: Vec<usize> = (0..14).map(|l| reuse_bound(l, &m)).collect();
+        assert_eq!(bounds, [0, 1, 2, 3, 4, 4, 4, 7, 8, 9, 10, 10, 12, 13]);
+        assert!(placeholder(&[9; 32], 0) < 0 && placeholder(&[9; 32], 1 << 20) < 0);
+    }
 }

@@ -222,6 +222,10 @@ pub struct MemoryLedger {
     pub window_state: u64,
     /// Checkpoints of state that cannot be rewound (host memory).
     pub checkpoints: u64,
+    /// The multimodal projector (weights and compute buffers, measured at
+    /// load) and the encoded media it keeps by hash.
+    pub projector: u64,
+    pub media_cache: u64,
     pub compute_buffers: u64,
     pub other: u64,
     pub rss: u64,
@@ -284,6 +288,8 @@ impl MemoryLedger {
             host_prefixes,
             window_state,
             checkpoints,
+            projector: 0,
+            media_cache: 0,
             compute_buffers: s.compute_bytes,
             other: rss.saturating_sub(known),
             rss: rss.max(known),
@@ -296,6 +302,16 @@ impl MemoryLedger {
         }
     }
 
+    /// The projector's terms (host memory): out of `other`.
+    pub fn with_media(mut self, projector: u64, media_cache: u64) -> Self {
+        self.projector = projector;
+        self.media_cache = media_cache;
+        let known = projector + media_cache;
+        self.rss = self.rss.max(self.rss - self.other + known);
+        self.other = self.other.saturating_sub(known);
+        self
+    }
+
     /// Sum of the terms: `rss` + `device_bytes` (`rss` on the host).
     pub fn sum(&self) -> u64 {
         self.weights
@@ -306,6 +322,8 @@ impl MemoryLedger {
             + self.host_prefixes
             + self.window_state
             + self.checkpoints
+            + self.projector
+            + self.media_cache
             + self.compute_buffers
             + self.other
     }

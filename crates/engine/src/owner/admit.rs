@@ -16,8 +16,9 @@ use crate::owner::plan::admit::{decide, Decision, Offer};
 use crate::owner::sequence::{SeqLimits, Sequence};
 use crate::owner::slots::fragments;
 use crate::owner::{Owner, Waiting};
+use crate::request::{reuse_bound, GenerateRequest, MediaSpan};
 use crate::runtime::backend::Backend;
-use crate::runtime::TokenId;
+use crate::runtime::{MemoryKind, TokenId};
 
 impl<B: Backend> Owner<B> {
     /// Admit from the head of the queue (arrival order) while a slot is free
@@ -68,13 +69,17 @@ impl<B: Backend> Owner<B> {
             return false;
         }
         // Prompt scoring needs logits for every prompt token: no reuse.
-        let eligible = self.kv.cache.enabled && !r.prompt_logprobs;
+        // Media under a window or recurrent state: no reuse either (a
+        // cut at a span's start may lie where no checkpoint reaches).
+        let eligible = self.kv.cache.enabled
+            && !r.prompt_logprobs
+            && (r.media.is_empty() || self.kv.memory.kind == MemoryKind::Attention);
         // A long prefix that an admitted sequence is still computing:
         // wait for it and copy it, rather than compute it twice.
         if eligible && self.sharing_pending(&r.prompt, &set) {
             return false;
         }
-        let offer = self.offer(pkey, &r.prompt, eligible);
+        let offer = bound_offer(self.offer(pkey, &r.prompt, eligible), &r.media);
         let (share, min) = (self.kv.cache.share, self.kv.host.min_tokens);
         let mut d = decide(need, offer, eligible, share, min, self.state_model);
         // A takeover's entry leaves the cache; it and a copy source must
@@ -99,8 +104,8 @@ impl<B: Backend> Owner<B> {
         let Some(w) = self.queue.waiting.pop_front() else {
             return false;
         };
-        let Some((slot, reused)) = self.place(&d, taken, &mut permit, pkey, &w.sub.req.prompt)
-        else {
+        let req = &w.sub.req;
+        let Some((slot, reused)) = self.place(&d, taken, &mut permit, pkey, req) else {
             // No slot after all (the only entries are pinned): the request
             // waits at the head of the queue.
             self.queue.waiting.push_front(w);
@@ -174,7 +179,7 @@ impl<B: Backend> Owner<B> {
         taken: Option<Entry>,
         permit: &mut Permit,
         pkey: PrefixKey,
-        prompt: &[TokenId],
+        req: &GenerateRequest,
     ) -> Option<(usize, usize)> {
         match (d.reuse.clone(), taken) {
             (Some(Reuse::Takeover { len, .. }), Some(e)) => {
@@ -197,7 +202,7 @@ impl<B: Backend> Owner<B> {
                 self.stats.send_modify(|s| s.prefix_copies += 1);
                 Some((dst, len))
             }
-            _ => self.place_fresh(d, permit, pkey, prompt),
+            _ => self.place_fresh(d, permit, pkey, req),
         }
     }
 
@@ -210,10 +215,11 @@ impl<B: Backend> Owner<B> {
         d: &Decision,
         permit: &mut Permit,
         pkey: PrefixKey,
-        prompt: &[TokenId],
+        req: &GenerateRequest,
     ) -> Option<(usize, usize)> {
         let saved = if d.restore {
-            self.host_best(pkey, prompt)
+            self.host_best(pkey, &req.prompt)
+                .map(|(i, len)| (i, reuse_bound(len, &req.media)))
                 .filter(|&(_, len)| len > d.offered_len + self.kv.host.min_tokens)
                 .and_then(|(i, len)| Some((self.kv.host.take(i)?, len)))
         } else {
@@ -269,4 +275,19 @@ impl<B: Backend> Owner<B> {
         tracing::debug!(request_id = %seq.id, slot, prompt = seq.prompt.len(), reused = seq.reused, "admitted");
         self.seqs.push(seq);
     }
+}
+
+/// An offer cut back so that no reuse ends inside a media span.
+fn bound_offer(mut o: Offer, media: &[MediaSpan]) -> Offer {
+    if media.is_empty() {
+        return o;
+    }
+    if let Some(Reuse::Takeover { len, .. } | Reuse::Copy { len, .. }) = o.slots.as_mut() {
+        *len = reuse_bound(*len, media);
+        if *len == 0 {
+            o.slots = None;
+        }
+    }
+    o.host_len = reuse_bound(o.host_len, media);
+    o
 }

@@ -50,6 +50,8 @@ pub(super) struct Sequence {
     pub id: String,
     pub slot: usize,
     pub prompt: Vec<TokenId>,
+    /// The prompt's media spans (their rows are embeddings).
+    pub media: Vec<crate::request::MediaSpan>,
     computed: usize,
     /// Prompt tokens taken from the prefix cache (not computed here).
     pub reused: usize,
@@ -123,6 +125,7 @@ impl Sequence {
             detok: StreamDetokenizer::new(r.stop),
             markers: r.markers,
             prompt: r.prompt,
+            media: r.media,
             computed: reused,
             reused,
             pending: None,
@@ -160,7 +163,8 @@ impl Sequence {
     /// back after a rejected draft), starting from the server's acceptance
     /// for the request's class.
     pub fn speculate(&mut self, mode: SpecMode, max: usize, priors: &Priors) {
-        if mode == SpecMode::Off || max == 0 {
+        // Drafts never cross media rows (they are no tokens).
+        if mode == SpecMode::Off || max == 0 || !self.media.is_empty() {
             return;
         }
         let class = Priors::class(mode, !self.sampler.greedy());
@@ -201,7 +205,13 @@ impl Sequence {
             prompt_len: self.prompt.len(),
             computed: self.computed,
             decoding: self.pending.is_some() && !self.lagging(),
-            can_pad: self.prompt_lp.is_none(),
+            // A padded chunk could start inside a media span.
+            can_pad: self.prompt_lp.is_none() && self.media.is_empty(),
+            span: self
+                .media
+                .iter()
+                .find(|m| m.start + m.len > self.computed)
+                .map(|m| (m.start, m.len)),
         }
     }
 
@@ -324,6 +334,19 @@ impl Sequence {
             all_from: None,
             sample: None,
         };
+        if let Some(m) = self.media.iter().find(|m| m.start == c.start) {
+            // The planner gives a span a chunk of its own, whole; prepare
+            // keeps text after the last one (the sampled row is text).
+            if c.len != m.len || last || all {
+                return Err(StepError::Batch(format!(
+                    "a media span of {} rows was planned as a chunk of {}",
+                    m.len, c.len
+                )));
+            }
+            let pos = c.start as u32;
+            rt.push_span(m.embd.clone(), m.len, pos, self.slot, m.non_causal)?;
+            return Ok(rows);
+        }
         for i in c.start..c.start + c.len {
             let is_last = last && i + 1 == c.start + c.len;
             let idx = rt.push(self.prompt[i], i as u32, self.slot, all || is_last)?;

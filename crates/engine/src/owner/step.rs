@@ -120,6 +120,7 @@ impl<B: Backend> Owner<B> {
         scheduler::fit(&mut plan, &views, self.n_batch);
         let isolated = self.isolate(&mut plan);
         self.stop_before_last(&mut plan);
+        scheduler::media_cuts(&mut plan, &views);
         if plan.is_empty() {
             return None;
         }

@@ -25,6 +25,9 @@ pub struct ChatPrompt {
     pub continue_final_message: bool,
     /// A named template variant (`tool_use`, `rag`, …).
     pub variant: Option<String>,
+    /// Media parts, in the order of the `media::MEDIA_MARKER`s the
+    /// messages' text holds for them.
+    pub media: Vec<crate::prepare::encoder::MediaInput>,
 }
 
 impl ChatPrompt {

@@ -25,6 +25,15 @@ pub enum PrepareError {
     /// The grammar compiler's queue is full.
     #[error("the grammar compiler is busy ({0} compiles waiting); retry shortly")]
     GrammarBusy(usize),
+    /// A media part cannot be used (the text names the part and why).
+    #[error("{0}")]
+    Media(String),
+    /// The media encoder's queue is full.
+    #[error("the media encoder is busy ({0} items waiting); retry shortly")]
+    MediaBusy(usize),
+    /// A media item waited past the encoder's deadline.
+    #[error("the media encoder did not get to this request within {0} s; retry shortly")]
+    MediaTimeout(u64),
     /// A pool job panicked (a bug; the pool thread lives on, the request
     /// fails alone).
     #[error("internal error while preparing the request: {0}")]

@@ -12,8 +12,10 @@
 
 pub mod chat;
 pub mod constraint;
+pub mod encoder;
 mod error;
 pub mod literal;
+pub mod media;
 
 pub use error::PrepareError;
 
@@ -108,6 +110,8 @@ pub struct ChatTokens {
     pub tokens: Vec<TokenId>,
     /// The prompt left the model inside its reasoning block.
     pub in_reasoning: bool,
+    /// Its media spans (placeholder ids in `tokens`).
+    pub media: Vec<crate::request::MediaSpan>,
 }
 
 pub struct Preparer {
@@ -130,6 +134,9 @@ pub struct Preparer {
     max_token_bytes: usize,
     /// Built on first use (it walks the whole vocabulary).
     compiler: Arc<std::sync::OnceLock<Result<ConstraintCompiler, String>>>,
+    /// The media encoder (a model with a projector), and the most rows
+    /// one media span may have (the runtime's ubatch).
+    encoder: Option<(Arc<encoder::Encoder>, usize)>,
 }
 
 impl Preparer {
@@ -186,6 +193,7 @@ impl Preparer {
             reasoning_markers: Arc::new(reasoning_markers),
             special_ids: Arc::new(special_ids),
             compiler: Arc::new(std::sync::OnceLock::new()),
+            encoder: None,
         })
     }
 
@@ -264,8 +272,82 @@ impl Preparer {
         .await
     }
 
-    /// Template + tokenize a chat on the pool.
-    pub async fn chat(&self, p: ChatPrompt) -> Result<ChatTokens, PrepareError> {
+    /// The media encoder, for a model with a projector.
+    pub(crate) fn set_encoder(&mut self, e: Arc<encoder::Encoder>, max_span: usize) {
+        self.encoder = Some((e, max_span));
+    }
+
+    /// The media encoder, if the model has a projector.
+    pub fn encoder(&self) -> Option<&encoder::Encoder> {
+        self.encoder.as_ref().map(|e| e.0.as_ref())
+    }
+
+    /// Template + tokenize a chat on the pool; its media, if any, through
+    /// the encoder.
+    pub async fn chat(&self, mut p: ChatPrompt) -> Result<ChatTokens, PrepareError> {
+        if p.media.is_empty() {
+            return self.chat_text(p).await;
+        }
+        let Some((enc, max_span)) = self.encoder.clone() else {
+            let label = p.media[0].label.clone();
+            return Err(PrepareError::Media(format!(
+                "{label}: this model takes no media (it was served without --mmproj)"
+            )));
+        };
+        let inputs = std::mem::take(&mut p.media);
+        let n = inputs.len();
+        let (chat, specials) = (self.chat.clone(), self.specials.clone());
+        let model = self.model.clone();
+        let (texts, in_reasoning) = self
+            .on_pool(move || {
+                let (text, lits) = crate::prepare::chat::render(&chat, &specials, &p)?;
+                let in_reasoning = steward_formats::parse::starts_in_reasoning(chat.family, &text);
+                let mut texts = vec![Vec::new()];
+                for (piece, special) in lits.split(&text) {
+                    let parts = if special {
+                        piece.split(media::MEDIA_MARKER).collect()
+                    } else {
+                        vec![piece]
+                    };
+                    for (i, part) in parts.into_iter().enumerate() {
+                        if i > 0 {
+                            texts.push(Vec::new());
+                        }
+                        if let Some(t) = texts.last_mut() {
+                            t.extend(model.tokenize(part, false, special));
+                        }
+                    }
+                }
+                media::split_text(&"\u{0}".repeat(texts.len() - 1), 0).ok();
+                if texts.len() != n + 1 {
+                    return Err(media::split_text("", n).unwrap_err());
+                }
+                Ok((texts, in_reasoning))
+            })
+            .await?;
+        let mut encoded = Vec::with_capacity(n);
+        for input in inputs {
+            let (hash, label) = (input.hash, input.label.clone());
+            let pieces = enc.encode(input).await.map_err(|e| match e {
+                encoder::EncodeFailure::Busy(n) => PrepareError::MediaBusy(n),
+                encoder::EncodeFailure::Timeout(d) => PrepareError::MediaTimeout(d.as_secs()),
+                encoder::EncodeFailure::Stopped => PrepareError::Stopped,
+                encoder::EncodeFailure::Failed(why) => PrepareError::Media(format!(
+                    "{label}: the projector could not encode it: {why}"
+                )),
+            })?;
+            encoded.push((hash, pieces, label));
+        }
+        let a = media::assemble(texts, &encoded, max_span)?;
+        Ok(ChatTokens {
+            tokens: nonempty(a.tokens)?,
+            in_reasoning,
+            media: a.media,
+        })
+    }
+
+    /// Template + tokenize a text-only chat on the pool.
+    async fn chat_text(&self, p: ChatPrompt) -> Result<ChatTokens, PrepareError> {
         let (chat, specials) = (self.chat.clone(), self.specials.clone());
         let model = self.model.clone();
         self.on_pool(move || {
@@ -280,6 +362,7 @@ impl Preparer {
             Ok(ChatTokens {
                 tokens: nonempty(toks)?,
                 in_reasoning,
+                media: Vec::new(),
             })
         })
         .await

@@ -15,6 +15,19 @@ pub trait Backend {
         slot: usize,
         logits: bool,
     ) -> Result<usize, StepError>;
+    /// Add a media span: `n_tokens` embedding rows for `slot` at
+    /// positions `pos0..`, decoded before the step's token rows (at most
+    /// one span a step).
+    fn push_span(
+        &mut self,
+        _embd: std::sync::Arc<[f32]>,
+        _n_tokens: usize,
+        _pos0: u32,
+        _slot: usize,
+        _non_causal: bool,
+    ) -> Result<(), StepError> {
+        Err(StepError::Batch("this backend takes no media".into()))
+    }
     /// Submit the step. On an asynchronous device (CUDA) it returns once
     /// the step is queued: the host may do work that needs none of the
     /// step's outputs, and must not touch the runtime, until `wait`.
@@ -107,6 +120,16 @@ impl Backend for Runtime<'_> {
         logits: bool,
     ) -> Result<usize, StepError> {
         Runtime::push(self, token, pos, slot, logits)
+    }
+    fn push_span(
+        &mut self,
+        embd: std::sync::Arc<[f32]>,
+        n_tokens: usize,
+        pos0: u32,
+        slot: usize,
+        non_causal: bool,
+    ) -> Result<(), StepError> {
+        Runtime::push_span(self, embd, n_tokens, pos0, slot, non_causal)
     }
     fn submit(&mut self) -> Result<(), StepError> {
         Runtime::submit(self)

@@ -88,6 +88,8 @@ pub struct FakeBackend {
     pub active: Vec<(usize, f32)>,
     pub adapter_switches: usize,
     slot_tag: Vec<Option<u64>>,
+    /// Media spans decoded: (slot, first position, rows).
+    pub spans: Vec<(usize, u32, usize)>,
 }
 
 impl FakeBackend {
@@ -129,7 +131,9 @@ impl FakeBackend {
                 if from < self.lo[slot] {
                     return garbage(pos);
                 }
-                let sum: u32 = self.kv[slot][from..=p].iter().map(|&t| t as u32).sum();
+                let sum: u32 = self.kv[slot][from..=p]
+                    .iter()
+                    .fold(0u32, |a, &t| a.wrapping_add(t as u32));
                 self.next_token((sum % N_VOCAB as u32) as TokenId, pos + 1)
             }
             FakeMemory::Recurrent => {
@@ -150,7 +154,7 @@ impl FakeBackend {
         if self.eog_from_pos.is_some_and(|p| pos >= p) {
             return EOG;
         }
-        1 + ((last as u32 * 7 + pos * 3) % (N_VOCAB as u32 - 1)) as TokenId
+        1 + ((last as u32).wrapping_mul(7).wrapping_add(pos * 3) % (N_VOCAB as u32 - 1)) as TokenId
     }
 }
 
@@ -175,6 +179,25 @@ impl Backend for FakeBackend {
         }
         self.batch.push((token, pos, slot, logits));
         Ok(self.batch.len() - 1)
+    }
+
+    /// A span's rows enter the cells as the ids whose bits their first
+    /// floats hold (tests write the engine's placeholders there).
+    fn push_span(
+        &mut self,
+        embd: std::sync::Arc<[f32]>,
+        n_tokens: usize,
+        pos0: u32,
+        slot: usize,
+        _non_causal: bool,
+    ) -> Result<(), StepError> {
+        let width = embd.len() / n_tokens.max(1);
+        for i in 0..n_tokens {
+            let tok = embd[i * width].to_bits() as TokenId;
+            self.push(tok, pos0 + i as u32, slot, false)?;
+        }
+        self.spans.push((slot, pos0, n_tokens));
+        Ok(())
     }
 
     fn submit(&mut self) -> Result<(), StepError> {

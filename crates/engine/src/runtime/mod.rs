@@ -24,10 +24,14 @@ use llama_cpp_2::token::LlamaToken;
 
 pub mod backend;
 pub mod ceiling;
+mod convert;
 mod embed;
 #[cfg(test)]
 pub(crate) mod fake;
 mod lora;
+mod media;
+pub use convert::{convert, WeightFormat};
+pub mod mtmd;
 pub mod rpc;
 mod state;
 pub use embed::{EmbedParams, EmbedRuntime, Pooling};
@@ -429,11 +433,9 @@ impl LoadedModel {
             cp.type_k = sys::GGML_TYPE_Q8_0;
             cp.type_v = sys::GGML_TYPE_Q8_0;
         }
-        // SAFETY: `LlamaModel` is `repr(transparent)` over a non-null
-        // `llama_model` pointer; the model outlives the runtime ('m), and
-        // llama.cpp only reads the model while creating and using contexts.
-        let model_ptr =
-            unsafe { *(&self.model as *const LlamaModel as *const *mut sys::llama_model) };
+        // The model outlives the runtime ('m), and llama.cpp only reads the
+        // model while creating and using contexts.
+        let model_ptr = self.raw();
         let ctx = unsafe { sys::llama_init_from_model(model_ptr, cp) };
         let ctx = std::ptr::NonNull::new(ctx)
             .ok_or_else(|| LoadError::Context("llama_init_from_model returned null".into()))?;
@@ -450,6 +452,7 @@ impl LoadedModel {
                 .ok_or_else(|| LoadError::Context("null model".into()))?,
             adapters: Vec::new(),
             active_adapters: Vec::new(),
+            span: None,
             _model: std::marker::PhantomData,
         })
     }
@@ -522,6 +525,8 @@ pub struct Runtime<'m> {
     /// LoRA adapters this runtime loaded, and the set applied now.
     adapters: Vec<lora::Adapter>,
     active_adapters: Vec<(usize, f32)>,
+    /// The step's media span, decoded before its tokens (`media.rs`).
+    span: Option<media::PendingSpan>,
     _model: std::marker::PhantomData<&'m LlamaModel>,
 }
 
@@ -533,6 +538,7 @@ impl Runtime<'_> {
 
     pub fn clear(&mut self) {
         self.batch.n_tokens = 0;
+        self.span = None;
     }
 
     pub fn batch_len(&self) -> usize {
@@ -576,6 +582,10 @@ impl Runtime<'_> {
     /// on an asynchronous device (CUDA); on the CPU it returns when the step
     /// is computed. Errors (no KV space, a bad batch) are known here.
     pub fn submit(&mut self) -> Result<(), StepError> {
+        self.decode_span()?;
+        if self.batch.n_tokens == 0 {
+            return Ok(());
+        }
         // SAFETY: the batch entries up to `n_tokens` were written by `push`.
         let r = unsafe { llama_cpp_sys_2::llama_decode(self.ctx.as_ptr(), self.batch) };
         if r != 0 {
@@ -689,102 +699,4 @@ impl Drop for Runtime<'_> {
             llama_cpp_sys_2::llama_free(self.ctx.as_ptr());
         }
     }
-}
-
-/// Weight formats `convert` can write.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WeightFormat {
-    Q4_0,
-    Q4_1,
-    Q8_0,
-    Q5_1,
-    Q4KM,
-    Q4KS,
-    Iq4Nl,
-    Bf16,
-    F16,
-}
-
-impl WeightFormat {
-    pub fn parse(s: &str) -> Option<Self> {
-        Some(match s.to_ascii_uppercase().as_str() {
-            "Q4_0" => Self::Q4_0,
-            "Q4_1" => Self::Q4_1,
-            "Q8_0" => Self::Q8_0,
-            "Q5_1" => Self::Q5_1,
-            "Q4_K_M" | "Q4_K" => Self::Q4KM,
-            "Q4_K_S" => Self::Q4KS,
-            "IQ4_NL" => Self::Iq4Nl,
-            "BF16" => Self::Bf16,
-            "F16" => Self::F16,
-            _ => return None,
-        })
-    }
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Q4_0 => "Q4_0",
-            Self::Q4_1 => "Q4_1",
-            Self::Q8_0 => "Q8_0",
-            Self::Q5_1 => "Q5_1",
-            Self::Q4KM => "Q4_K_M",
-            Self::Q4KS => "Q4_K_S",
-            Self::Iq4Nl => "IQ4_NL",
-            Self::Bf16 => "BF16",
-            Self::F16 => "F16",
-        }
-    }
-    fn ftype(self) -> llama_cpp_sys_2::llama_ftype {
-        match self {
-            Self::Q4_0 => llama_cpp_sys_2::LLAMA_FTYPE_MOSTLY_Q4_0,
-            Self::Q4_1 => llama_cpp_sys_2::LLAMA_FTYPE_MOSTLY_Q4_1,
-            Self::Q8_0 => llama_cpp_sys_2::LLAMA_FTYPE_MOSTLY_Q8_0,
-            Self::Q5_1 => llama_cpp_sys_2::LLAMA_FTYPE_MOSTLY_Q5_1,
-            Self::Q4KM => llama_cpp_sys_2::LLAMA_FTYPE_MOSTLY_Q4_K_M,
-            Self::Q4KS => llama_cpp_sys_2::LLAMA_FTYPE_MOSTLY_Q4_K_S,
-            Self::Iq4Nl => llama_cpp_sys_2::LLAMA_FTYPE_MOSTLY_IQ4_NL,
-            Self::Bf16 => llama_cpp_sys_2::LLAMA_FTYPE_MOSTLY_BF16,
-            Self::F16 => llama_cpp_sys_2::LLAMA_FTYPE_MOSTLY_F16,
-        }
-    }
-}
-
-/// Rewrite a GGUF's weights in another format with llama.cpp's own
-/// quantizer (`llama_model_quantize`; already-quantized input is
-/// dequantized first, so converting a 4-bit model adds its own rounding).
-/// Writes to a temporary name and renames on success.
-pub fn convert(
-    input: &Path,
-    output: &Path,
-    format: WeightFormat,
-    threads: i32,
-) -> Result<(), LoadError> {
-    check_gguf(input)?;
-    backend()?;
-    // Per process (concurrent first runs on a fresh cache); renamed when whole.
-    let tmp = output.with_extension(format!("gguf.partial-{}", std::process::id()));
-    let cstr = |p: &Path| {
-        std::ffi::CString::new(p.to_string_lossy().as_bytes())
-            .map_err(|_| LoadError::NotFound(p.display().to_string()))
-    };
-    let (inp, out) = (cstr(input)?, cstr(&tmp)?);
-    // SAFETY: plain C struct from llama.cpp's own defaults; the paths outlive the call.
-    let rc = unsafe {
-        let mut p = llama_cpp_sys_2::llama_model_quantize_default_params();
-        p.nthread = threads;
-        p.ftype = format.ftype();
-        p.allow_requantize = true;
-        llama_cpp_sys_2::llama_model_quantize(inp.as_ptr(), out.as_ptr(), &p)
-    };
-    if rc != 0 {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(LoadError::LoadFailed(format!(
-            "{} (quantize to {} returned {rc})",
-            input.display(),
-            format.name()
-        )));
-    }
-    std::fs::rename(&tmp, output).map_err(|e| LoadError::Unreadable {
-        path: output.display().to_string(),
-        reason: e.to_string(),
-    })
 }

@@ -134,7 +134,8 @@ impl Sampler {
     pub fn new(p: SamplingParams, prompt: &[TokenId]) -> Self {
         let mut seen = HashSet::new();
         if p.repetition_penalty != 1.0 {
-            seen.extend(prompt.iter().copied());
+            // Media placeholders (negative) are no vocabulary ids.
+            seen.extend(prompt.iter().copied().filter(|&t| t >= 0));
         }
         let rng = Rng::new(p.seed);
         let (generated, s) = (HashMap::new(), Scratch::default());

@@ -25,6 +25,9 @@ pub struct SeqView {
     /// Computed prompt cells may be recomputed (see `pad_tails`): no prompt
     /// scoring, and no other sequence is copying them this step.
     pub can_pad: bool,
+    /// The next media span not yet computed (start, rows): decoded whole,
+    /// in a chunk of its own.
+    pub span: Option<(usize, usize)>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -231,6 +234,29 @@ pub fn fit(plan: &mut Plan, seqs: &[SeqView], n_batch: usize) {
     plan.chunks.retain(|c| c.len > 0);
 }
 
+/// Media spans in the plan: a span is decoded whole (non-causal rows need
+/// one ubatch) and apart from text (llama.cpp takes tokens or embeddings
+/// in a batch, not both), at most one a step. A chunk that starts at its
+/// sequence's next span becomes exactly that span (the first such chunk;
+/// later ones wait a step), even past the prompt budget: a span is at
+/// most one ubatch, so a step overruns its target by at most that much.
+/// A chunk that runs into a span stops where it starts.
+pub fn media_cuts(plan: &mut Plan, seqs: &[SeqView]) {
+    let mut taken = false;
+    for c in plan.chunks.iter_mut() {
+        let Some((start, len)) = seqs.iter().find(|s| s.key == c.key).and_then(|s| s.span) else {
+            continue;
+        };
+        if c.start == start {
+            c.len = if taken { 0 } else { len };
+            taken = true;
+        } else if c.start < start && c.start + c.len > start {
+            c.len = start - c.start;
+        }
+    }
+    plan.chunks.retain(|c| c.len > 0);
+}
+
 /// The TTFT side of the budget. `prompts`: (key, tokens left, overdue: a
 /// short prompt that waited past the TTFT target) of prefilling sequences,
 /// oldest first. An overdue prompt (at most `max_left` tokens left) is not
@@ -292,6 +318,7 @@ mod tests {
             computed: 5,
             decoding: true,
             can_pad: true,
+            span: None,
         }
     }
     fn pre(key: u64, prompt_len: usize, computed: usize) -> SeqView {
@@ -301,7 +328,37 @@ mod tests {
             computed,
             decoding: false,
             can_pad: true,
+            span: None,
         }
+    }
+
+    #[test]
+    fn media_spans_get_a_chunk_of_their_own_one_a_step() {
+        let with = |s: SeqView, span| SeqView {
+            span: Some(span),
+            ..s
+        };
+        let seqs = [
+            with(pre(1, 100, 10), (10, 30)), // at its span: whole, past the budget
+            with(pre(2, 100, 0), (20, 30)),  // text runs into its span: cut
+            with(pre(3, 100, 40), (40, 8)),  // at a span too: waits a step
+            pre(4, 50, 0),                   // no media: as planned
+        ];
+        let chunk = |key, start, len| Chunk { key, start, len };
+        let mut plan = Plan {
+            decode: vec![],
+            chunks: vec![
+                chunk(1, 10, 5),
+                chunk(2, 0, 25),
+                chunk(3, 40, 8),
+                chunk(4, 0, 9),
+            ],
+        };
+        media_cuts(&mut plan, &seqs);
+        assert_eq!(
+            plan.chunks,
+            vec![chunk(1, 10, 30), chunk(2, 0, 20), chunk(4, 0, 9)]
+        );
     }
 
     #[test]
@@ -557,6 +614,7 @@ mod tests {
             computed,
             decoding,
             can_pad: true,
+            span: None,
         };
         let seqs = vec![
             v(1, 10, 10, true),

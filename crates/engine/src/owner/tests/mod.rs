@@ -712,4 +712,5 @@ fn aligned_chunks_match_unaligned_output() {
 mod memory;
 
 mod adapters;
+mod media;
 mod speculate;

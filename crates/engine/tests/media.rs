@@ -1,0 +1,199 @@
+//! Images through the real runtime: the default model paired with a
+//! random-weight `gemma3` projector (`scripts/gen-random-mmproj.py`), whose
+//! output is noise; what these tests prove is the path, the cache and the
+//! arithmetic. The same image gives the same output (exactly when computed
+//! alone in the same shapes; through the near-tie rule from the cache), a
+//! different image changes it, a repeated conversation reuses its prefix
+//! through the end of the image, and one with another image reuses exactly
+//! the text before it. The encoder's cache skips a repeated picture.
+
+mod common;
+
+use std::sync::atomic::Ordering;
+
+use sha2::{Digest, Sha256};
+use steward_engine::chat::ChatPrompt;
+use steward_engine::compare::{self, Scored, TIE_NATS};
+use steward_engine::model::mtmd::Media;
+use steward_engine::prepare::encoder::MediaInput;
+use steward_engine::prepare::media::MEDIA_MARKER;
+use steward_engine::request::MediaSpan;
+use steward_engine::{EngineConfig, EngineHandle, Event, Finished, GenerateRequest, TokenId};
+
+fn projector() -> Option<std::path::PathBuf> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    common::fixture(
+        root.join("target/mmproj/gemma3.gguf"),
+        "scripts/test-fixtures.sh (target/pyenv/bin/python scripts/gen-random-mmproj.py --kind gemma3 --out target/mmproj/gemma3.gguf)",
+    )
+}
+
+async fn engine(mmproj: &std::path::Path, prefix_cache: bool) -> EngineHandle {
+    let path = steward_engine::fetch::ensure_default_model().expect("default model");
+    let mut c = EngineConfig::new(path);
+    c.model.mmproj = Some(mmproj.to_path_buf());
+    c.model.n_threads = 1;
+    c.model.n_threads_batch = 1;
+    c.admit.max_seqs = 2;
+    c.admit.ctx_per_seq = 512;
+    c.step.prompt_budget = 64;
+    c.admit.prefix_cache = prefix_cache;
+    common::start(c).await
+}
+
+/// A deterministic picture: a gradient whose phase is `seed`.
+fn picture(nx: u32, ny: u32, seed: u32) -> MediaInput {
+    let mut rgb = Vec::with_capacity((nx * ny * 3) as usize);
+    for y in 0..ny {
+        for x in 0..nx {
+            let v = |k: u32| ((x * (3 + k) + y * (5 + 2 * k) + seed * 37 * (k + 1)) % 256) as u8;
+            rgb.extend([v(0), v(1), v(2)]);
+        }
+    }
+    MediaInput {
+        label: format!("picture {seed}"),
+        hash: Sha256::digest(&rgb).into(),
+        media: Media::Image { nx, ny, rgb },
+    }
+}
+
+/// A chat asking about one picture (after `turns` of earlier messages).
+async fn prompt(
+    h: &EngineHandle,
+    pic: MediaInput,
+    turns: &[(&str, &str)],
+) -> (Vec<TokenId>, Vec<MediaSpan>) {
+    let mut m = vec![serde_json::json!({
+        "role": "user",
+        "content": format!("Look at this picture.\n{MEDIA_MARKER}\nWhat is in it?")
+    })];
+    for (role, text) in turns {
+        m.push(serde_json::json!({"role": role, "content": text}));
+    }
+    let mut p = ChatPrompt::new(m);
+    p.media = vec![pic];
+    let t = h.preparer().chat(p).await.expect("prepared");
+    (t.tokens, t.media)
+}
+
+async fn run(
+    h: &EngineHandle,
+    (tokens, media): (Vec<TokenId>, Vec<MediaSpan>),
+) -> (Finished, Scored<TokenId>) {
+    let r = GenerateRequest {
+        ignore_eos: true,
+        logprobs: Some(3),
+        media,
+        ..GenerateRequest::greedy("m", tokens, 8)
+    };
+    let mut s = h.submit(r).unwrap();
+    let mut lps = Vec::new();
+    while let Some(ev) = s.next().await {
+        match ev {
+            Event::Admitted => {}
+            Event::Text { logprobs, .. } => lps.extend(logprobs),
+            Event::Done(f) => {
+                let mut sc = Scored::from_logprobs(&lps);
+                sc.tokens = f.output_tokens.clone();
+                return (f, sc);
+            }
+            Event::Error(e) => panic!("{e}"),
+        }
+    }
+    panic!("the stream ended without a result");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_picture_gives_the_same_output_and_the_cache_reuses_it_whole() {
+    let Some(proj) = projector() else { return };
+    let plain = engine(&proj, false).await;
+    let enc = plain
+        .preparer()
+        .encoder()
+        .expect("an encoder")
+        .counters
+        .clone();
+    let a = prompt(&plain, picture(64, 64, 1), &[]).await;
+    let span = a.1[0].clone();
+    assert!(span.len > 0 && span.start > 0);
+    assert!(a.0[span.start..span.start + span.len]
+        .iter()
+        .all(|&t| t < 0));
+    // Alone, in the same shapes, without a cache: exactly the same.
+    let (f1, s1) = run(&plain, a.clone()).await;
+    let (f2, s2) = run(&plain, prompt(&plain, picture(64, 64, 1), &[]).await).await;
+    assert_eq!(f1.output_tokens, f2.output_tokens);
+    assert_eq!(s1, s2, "logprobs of the same picture twice");
+    assert_eq!(
+        f1.prompt_tokens as usize,
+        a.0.len(),
+        "image rows count as prompt"
+    );
+    // The second prompt's picture came from the encoder's cache.
+    assert_eq!(enc.encodes.load(Ordering::Relaxed), 1);
+    assert_eq!(enc.cache_hits.load(Ordering::Relaxed), 1);
+
+    // Another picture: the same text, other rows, another output.
+    let b = prompt(&plain, picture(64, 64, 2), &[]).await;
+    assert_eq!(b.0.len(), a.0.len());
+    assert_eq!(b.0[..span.start], a.0[..span.start]);
+    assert_ne!(b.0[span.start], a.0[span.start]);
+    let (_, sb) = run(&plain, b.clone()).await;
+    let moved = (s1.top[0][0].1 - sb.top[0][0].1).abs();
+    assert!(
+        s1.top[0] != sb.top[0] && (moved > 1e-4 || s1.top[0][0].0 != sb.top[0][0].0),
+        "a different picture left the first logprobs as they were: {:?} {:?}",
+        s1.top[0],
+        sb.top[0]
+    );
+    // Another size: the projector resizes it; its own hash, its own rows.
+    let c = prompt(&plain, picture(200, 120, 1), &[]).await;
+    assert_ne!(c.0[span.start], a.0[span.start]);
+    drop(plain);
+
+    let cached = engine(&proj, true).await;
+    let (g1, _) = run(&cached, a.clone()).await;
+    assert_eq!(g1.cached_tokens, 0, "cold cache");
+    assert_eq!(
+        g1.output_tokens, f1.output_tokens,
+        "a cold cache computes as none"
+    );
+    // The same conversation again: reused through the end of the picture.
+    let (g2, _) = run(&cached, a.clone()).await;
+    assert_eq!(g2.cached_tokens as usize, a.0.len() - 1);
+    compare::assert_greedy_agree(&g2.output_tokens, &s1, TIE_NATS, "the same picture, cached");
+    // Its next turn reuses the first turn, picture included.
+    let turns = [("assistant", "Colours."), ("user", "Which ones?")];
+    let next = prompt(&cached, picture(64, 64, 1), &turns).await;
+    let (g3, _) = run(&cached, next.clone()).await;
+    assert!(
+        g3.cached_tokens as usize >= span.start + span.len,
+        "{} cached, the picture ends at {}",
+        g3.cached_tokens,
+        span.start + span.len
+    );
+    // Another picture in the same place: exactly the text before it.
+    let (g4, sb_cached) = run(&cached, b).await;
+    assert_eq!(g4.cached_tokens as usize, span.start);
+    compare::assert_greedy_agree(&g4.output_tokens, &sb, TIE_NATS, "another picture");
+    let _ = sb_cached;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_without_a_projector_refuses_media_naming_the_part() {
+    let path = steward_engine::fetch::ensure_default_model().expect("default model");
+    let mut c = EngineConfig::new(path);
+    c.model.n_threads = 1;
+    c.admit.max_seqs = 1;
+    c.admit.ctx_per_seq = 256;
+    let h = common::start(c).await;
+    let mut p = ChatPrompt::new(vec![serde_json::json!({
+        "role": "user", "content": format!("{MEDIA_MARKER} hi")
+    })]);
+    p.media = vec![picture(8, 8, 3)];
+    let e = h.preparer().chat(p).await.unwrap_err();
+    assert!(
+        e.to_string().contains("picture 3") && e.to_string().contains("no media"),
+        "{e}"
+    );
+}
