@@ -82,6 +82,9 @@ pub struct PrepareConfig {
     pub encoder_queue: usize,
     pub encoder_timeout: Duration,
     pub encoder_cache_bytes: usize,
+    /// Encoding stalls the steps, as in a loop that encodes inline
+    /// (llama-server's): a comparison knob for benchmarks.
+    pub encoder_on_owner: bool,
 }
 
 /// ② admit: slots, context, the waiting queue, the memory budget, what the prefix cache keeps (`admission/`, `owner/admit.rs`, `owner/kv/`).
@@ -248,6 +251,7 @@ impl EngineConfig {
                 encoder_queue: 32,
                 encoder_timeout: Duration::from_secs(60),
                 encoder_cache_bytes: 256 << 20,
+                encoder_on_owner: false,
                 max_tokens_limit: 4096,
             },
             admit: AdmitConfig {

@@ -73,6 +73,10 @@ pub(crate) struct OwnerParts {
     pub prefix_key: PrefixKey,
     /// The loaded adapters, published to the handle.
     pub adapters: Arc<std::sync::RwLock<Vec<crate::config::AdapterInfo>>>,
+    /// Held for each step, and by the media encoder for each encode, when
+    /// encoding is to stall the steps as a loop that encodes inline does
+    /// (`--encoder-on-owner`, a comparison knob for benchmarks).
+    pub step_lock: Option<Arc<std::sync::Mutex<()>>>,
 }
 
 /// A submitted request waiting for a slot: nothing allocated yet.
@@ -110,6 +114,7 @@ pub(crate) struct Owner<B: Backend> {
     stats: watch::Sender<EngineStats>,
     /// Loaded LoRA adapters (published).
     adapters: Arc<std::sync::RwLock<Vec<crate::config::AdapterInfo>>>,
+    step_lock: Option<Arc<std::sync::Mutex<()>>>,
 }
 
 impl<B: Backend> Owner<B> {
@@ -159,6 +164,7 @@ impl<B: Backend> Owner<B> {
             clock: state::Clock::default(),
             stats: args.stats,
             adapters: args.adapters,
+            step_lock: args.step_lock,
             config: c,
         }
     }
@@ -191,7 +197,10 @@ impl<B: Backend> Owner<B> {
         let t3 = Instant::now();
         self.flush_draining();
         let t4 = Instant::now();
+        let lock = self.step_lock.clone();
+        let guard = lock.as_ref().map(|l| l.lock());
         self.step();
+        drop(guard);
         let t5 = Instant::now();
         let step = self.clock.last_step.take();
         if step.is_none() {

@@ -132,6 +132,7 @@ impl Encoder {
         cache_bytes: usize,
         deadline: Duration,
         (projector_bytes, sha256): (u64, String),
+        step_lock: Option<Arc<Mutex<()>>>,
     ) -> Result<Self, String> {
         let cap = queue.max(1);
         let (tx, rx) = sync_channel::<Job>(cap);
@@ -149,7 +150,9 @@ impl Encoder {
             .spawn(move || {
                 let mut projector = projector;
                 while let Ok(job) = rx.recv() {
+                    let guard = step_lock.as_ref().map(|l| l.lock());
                     run(&mut projector, job, &c, &k);
+                    drop(guard);
                 }
                 drop(projector);
                 drop(model);
@@ -197,6 +200,7 @@ impl Encoder {
         model: &Arc<LoadedModel>,
         config: &crate::config::EngineConfig,
         sha256: String,
+        step_lock: Option<Arc<Mutex<()>>>,
     ) -> Result<Option<Self>, crate::runtime::LoadError> {
         use crate::runtime::LoadError;
         let Some(path) = &config.model.mmproj else {
@@ -232,6 +236,7 @@ impl Encoder {
             c.encoder_cache_bytes,
             c.encoder_timeout,
             (bytes, sha256),
+            step_lock,
         )
         .map_err(LoadError::Context)?;
         Ok(Some(e))
