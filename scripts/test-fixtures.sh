@@ -2,7 +2,8 @@
 # The files the Rust tests read, made when missing (test.sh runs this before
 # `cargo test`; scripts/stress-tests.sh too): the chat templates' tiny GGUFs
 # and the transformers oracle's cases, Gemma 3 270M, the random-weight
-# sliding-window, recurrent, hybrid and draft GGUFs, the embedding GGUFs.
+# sliding-window, recurrent, hybrid and draft GGUFs, the multimodal projectors,
+# the embedding GGUFs.
 # Needs the release binary (target/release/steward) and target/pyenv
 # (scripts/prefetch.sh). Argument: the seconds the caller has run, so the
 # phases print the suite's clock.
@@ -32,3 +33,8 @@ target/pyenv/bin/python -c 'import numpy, safetensors, tokenizers, gguf' 2>/dev/
   target/pyenv/bin/pip install --quiet numpy safetensors tokenizers gguf
 target/pyenv/bin/python scripts/minilm-to-gguf.py --out target/embed-ggufs/minilm.gguf \
   --reranker-random target/embed-ggufs/reranker-random.gguf
+phase "multimodal: random-weight projectors for the default model (scripts/gen-random-mmproj.py)"
+mkdir -p target/mmproj
+for k in gemma3 mlp ultravox; do
+  [ -s "target/mmproj/$k.gguf" ] || target/pyenv/bin/python scripts/gen-random-mmproj.py --kind "$k" --out "target/mmproj/$k.gguf"
+done

@@ -20,11 +20,12 @@ use steward_engine::prepare::media::MEDIA_MARKER;
 use steward_engine::request::MediaSpan;
 use steward_engine::{EngineConfig, EngineHandle, Event, Finished, GenerateRequest, TokenId};
 
-fn projector() -> Option<std::path::PathBuf> {
+/// `gemma3`: a non-causal span (4 rows); `mlp` (LLaVA's): a causal one (16).
+fn projector(kind: &str) -> Option<std::path::PathBuf> {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     common::fixture(
-        root.join("target/mmproj/gemma3.gguf"),
-        "scripts/test-fixtures.sh (target/pyenv/bin/python scripts/gen-random-mmproj.py --kind gemma3 --out target/mmproj/gemma3.gguf)",
+        root.join(format!("target/mmproj/{kind}.gguf")),
+        &format!("scripts/test-fixtures.sh (target/pyenv/bin/python scripts/gen-random-mmproj.py --kind {kind} --out target/mmproj/{kind}.gguf)"),
     )
 }
 
@@ -104,8 +105,17 @@ async fn run(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_same_picture_gives_the_same_output_and_the_cache_reuses_it_whole() {
-    let Some(proj) = projector() else { return };
+async fn a_non_causal_span_the_same_picture_the_same_output_and_the_cache_reuses_it_whole() {
+    same_picture("gemma3", true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_causal_span_the_same_picture_the_same_output_and_the_cache_reuses_it_whole() {
+    same_picture("mlp", false).await;
+}
+
+async fn same_picture(kind: &str, non_causal: bool) {
+    let Some(proj) = projector(kind) else { return };
     let plain = engine(&proj, false).await;
     let enc = plain
         .preparer()
@@ -116,6 +126,7 @@ async fn the_same_picture_gives_the_same_output_and_the_cache_reuses_it_whole() 
     let a = prompt(&plain, picture(64, 64, 1), &[]).await;
     let span = a.1[0].clone();
     assert!(span.len > 0 && span.start > 0);
+    assert_eq!(span.non_causal, non_causal);
     assert!(a.0[span.start..span.start + span.len]
         .iter()
         .all(|&t| t < 0));
@@ -196,4 +207,39 @@ async fn a_model_without_a_projector_refuses_media_naming_the_part() {
         e.to_string().contains("picture 3") && e.to_string().contains("no media"),
         "{e}"
     );
+}
+
+/// One second of a tone at the projector's rate.
+fn tone(rate: u32, hz: f32) -> MediaInput {
+    let samples: Vec<f32> = (0..rate * 30)
+        .map(|i| 0.3 * (i as f32 * hz * std::f32::consts::TAU / rate as f32).sin())
+        .collect();
+    let bytes: Vec<u8> = samples.iter().flat_map(|s| s.to_le_bytes()).collect();
+    MediaInput {
+        label: format!("tone {hz}"),
+        hash: Sha256::digest(&bytes).into(),
+        media: Media::Audio { samples },
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "the generated ultravox projector aborts in clip.cpp (187 vs 188 output rows): fix the generator first"]
+async fn audio_through_an_ultravox_projector_the_same_clip_the_same_output() {
+    let Some(proj) = projector("ultravox") else { return };
+    let h = engine(&proj, false).await;
+    let info = h.preparer().encoder().expect("an encoder").info.clone();
+    assert!(info.audio && !info.vision, "{info:?}");
+    let rate = info.audio_rate.expect("an audio rate");
+    let (a1, a2, b) = (
+        prompt(&h, tone(rate, 440.0), &[]).await,
+        prompt(&h, tone(rate, 440.0), &[]).await,
+        prompt(&h, tone(rate, 660.0), &[]).await,
+    );
+    assert_eq!(a1.1.len(), 1);
+    assert!(!a1.1[0].non_causal);
+    assert_eq!(a1.0, a2.0);
+    assert_ne!(a1.0[a1.1[0].start], b.0[b.1[0].start]);
+    let (f1, s1) = run(&h, a1).await;
+    let (f2, s2) = run(&h, a2).await;
+    assert_eq!((f1.output_tokens, s1), (f2.output_tokens, s2));
 }
