@@ -62,3 +62,33 @@ fn a_span_is_decoded_whole_and_the_cache_keys_it_by_its_picture() {
     assert_eq!(h.owner.rt.spans.len(), 2);
     h.assert_idle_cached();
 }
+
+#[test]
+fn the_host_tier_keeps_a_picture_and_restores_it_whole() {
+    let mut c = config(1, 16);
+    c.admit.prefix_cache = true;
+    c.admit.prefix_host_bytes = 1 << 20;
+    c.admit.prefix_host_min = 8;
+    let mut h = harness(c);
+    let mut a = h.send(pictured([1; 32]), 64);
+    h.run_idle();
+    let first = done(&events(&mut a)).clone();
+    // Another prompt takes the one slot: the picture's entry spills.
+    let mut b = h.submit_tokens(&(30..60).collect::<Vec<_>>(), 2, "b");
+    h.run_idle();
+    events(&mut b);
+    assert_eq!(h.stats.borrow().prefix_spills, 1);
+    let mut again = h.send(pictured([1; 32]), 64);
+    h.run_idle();
+    let f = done(&events(&mut again)).clone();
+    assert_eq!(h.owner.rt.restores, 1);
+    assert_eq!(f.cached_tokens, 19, "restored through the picture");
+    assert_eq!(f.output_tokens, first.output_tokens);
+    // Another picture: the tier offers only the text before it, too short
+    // to restore (8 tokens past the slots' offer): computed.
+    let mut other = h.send(pictured([2; 32]), 64);
+    h.run_idle();
+    let g = done(&events(&mut other)).clone();
+    assert!(g.cached_tokens <= 10, "{}", g.cached_tokens);
+    h.assert_idle_cached();
+}
