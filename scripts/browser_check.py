@@ -33,20 +33,34 @@ It starts `steward serve` itself (default model, --max-seqs 4,
               accumulated per index, shown with name and pretty JSON; an
               in-stream `data: {"error":...}` shown verbatim with the partial
               text kept; a 401 shows the message and focuses the key field.
+  i) image    a second steward started with --mmproj (a random-weight gemma3
+              projector, made by gen-random-mmproj.py when missing): the
+              attach button is enabled there (disabled, with a tooltip, on
+              the first server); a dropped file over 20 MiB and a non-image
+              are refused with a message; a 64x64 PNG written here is
+              attached through the file picker (thumbnail with a working x),
+              "Describe this picture." is sent as an OpenAI content array
+              (text + image_url data URI, byte for byte the PNG), the user's
+              bubble shows the <img>, a reply arrives (noise: the projector is
+              random); the next turn sends the picture again in the history;
+              it survives a reload.
   Also: the model picker lists exactly GET /v1/models.
 
-Screenshots (1280x800): docs/img/chat.png, docs/img/dashboard.png.
+Screenshots (1280x800): docs/img/chat.png, docs/img/dashboard.png,
+docs/img/chat-image.png.
 Prints one line `browser check: PASS ...` or `browser check: FAIL ...` and
 exits non-zero on any failure.
 """
 
 import argparse
+import base64
 import http.client
 import json
 import os
 import re
 import shutil
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -54,6 +68,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import zlib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHROMIUM = "/usr/bin/chromium"
@@ -88,7 +103,7 @@ def free_port():
 
 
 class Server:
-    def __init__(self, binary, web_dir, logfile):
+    def __init__(self, binary, web_dir, logfile, extra=()):
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         env = dict(os.environ)
@@ -100,7 +115,7 @@ class Server:
             env["STEWARD_WEB_DIR"] = web_dir
         self.log = open(logfile, "w")
         cmd = [binary, "serve", "--host", "127.0.0.1", "--port", str(self.port),
-               "--max-seqs", "4", "--ctx-per-seq", "1024"]
+               "--max-seqs", "4", "--ctx-per-seq", "1024", *extra]
         log("starting " + " ".join(cmd))
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
 
@@ -202,6 +217,21 @@ class LongStream(threading.Thread):
             conn.close()
 
 
+def png(w, h):
+    """A small RGB PNG (a colour gradient with a ring), from zlib and struct alone."""
+    rows = b"".join(
+        b"\x00" + b"".join(
+            bytes((230, 80, 60) if 18 <= ((x - w / 2) ** 2 + (y - h / 2) ** 2) ** 0.5 <= 24
+                  else (x * 255 // w, y * 255 // h, 200))
+            for x in range(w))
+        for y in range(h))
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
 def wait_for(fn, timeout, every=0.1):
     t0 = time.time()
     while time.time() - t0 < timeout:
@@ -227,6 +257,7 @@ def main():
     work = tempfile.mkdtemp(prefix="steward-browser-")
     os.makedirs(a.shots, exist_ok=True)
     server = Server(a.steward, a.web_dir, os.path.join(work, "steward.log"))
+    mm = None
     console_errors = []
     try:
         took = server.wait_ready()
@@ -262,6 +293,10 @@ def main():
             _, models_json = server.get("/v1/models")
             listed = [m["id"] for m in json.loads(models_json)["data"]]
             check("models", model_ids == listed, f"picker {model_ids} vs /v1/models {listed}")
+            attach_off = page.evaluate("(() => { const b = document.querySelector('#attach');"
+                                       " return [b.disabled, b.title]; })()")
+            check("attach off", attach_off[0] is True and "does not take images" in attach_off[1],
+                  f"no projector: attach disabled {attach_off[0]}, tooltip {attach_off[1]!r}")
 
             def open_settings():
                 if page.is_hidden("#settings"):
@@ -541,6 +576,111 @@ def main():
                 page.click("#settings-toggle")
             page.screenshot(path=os.path.join(a.shots, "chat.png"))
 
+            # ---- i) a picture through the attach button, on a server with a projector ----
+            proj = os.path.join(ROOT, "target/mmproj/gemma3.gguf")
+            if not os.path.exists(proj):
+                log("making the random-weight projector " + proj)
+                subprocess.run([sys.executable, os.path.join(ROOT, "scripts/gen-random-mmproj.py"),
+                                "--kind", "gemma3", "--out", proj], check=True)
+            mm = Server(a.steward, a.web_dir, os.path.join(work, "steward-mmproj.log"), ["--mmproj", proj])
+            took = mm.wait_ready()
+            log(f"server with a projector ready on {mm.base} in {took:.1f}s")
+            picture = png(64, 64)
+            pic_path = os.path.join(work, "picture.png")
+            with open(pic_path, "wb") as f:
+                f.write(picture)
+            pic_url = "data:image/png;base64," + base64.b64encode(picture).decode()
+
+            img_page = ctx.new_page()
+            watch(img_page, "image chat")
+            sent = []
+            img_page.on("request", lambda r: sent.append(r.post_data_json)
+                        if r.url.endswith("/v1/chat/completions") else None)
+            img_page.goto(mm.base + "/")
+            img_page.wait_for_selector("#attach:not([disabled])", timeout=20000)
+            on_title = img_page.get_attribute("#attach", "title")
+            # Refused before reading: over 20 MiB, and not an image (dropped).
+            refused = img_page.evaluate("""() => {
+                const drop = (file) => {
+                  const dt = new DataTransfer();
+                  dt.items.add(file);
+                  document.querySelector('#composer').dispatchEvent(
+                    new DragEvent('drop', { dataTransfer: dt, bubbles: true, cancelable: true }));
+                  return document.querySelector('#notice').textContent;
+                };
+                return [drop(new File([new Uint8Array(21 * 1024 * 1024)], 'big.png', { type: 'image/png' })),
+                        drop(new File(['hello'], 'notes.txt', { type: 'text/plain' })),
+                        document.querySelectorAll('#attachments .attachment').length];
+            }""")
+            check("attach limits", "big.png" in refused[0] and "MiB" in refused[0] and "notes.txt" in refused[1]
+                  and refused[2] == 0, f"tooltip {on_title!r}; refused {refused[0]!r} and {refused[1]!r}")
+            # Attach through the file picker; the x removes it; attach again.
+            img_page.set_input_files("#attach-file", pic_path)
+            img_page.wait_for_selector("#attachments .attachment img", timeout=10000)
+            img_page.click("#attachments .attachment-remove")
+            removed = img_page.is_hidden("#attachments") and not img_page.query_selector("#attachments .attachment")
+            with img_page.expect_file_chooser() as fc:
+                img_page.click("#attach")
+            fc.value.set_files(pic_path)
+            img_page.wait_for_selector("#attachments .attachment img", timeout=10000)
+            preview = img_page.get_attribute("#attachments .attachment img", "src")
+            check("attach preview", removed and preview == pic_url,
+                  f"thumbnail {'shows the PNG' if preview == pic_url else repr((preview or '')[:60])}, "
+                  f"x {'removes it' if removed else 'did NOT remove it'}")
+
+            img_page.click("#settings-toggle")
+            img_page.fill("#max_tokens", "32")
+            img_page.fill("#temperature", "0")
+            img_page.click("#settings-toggle")
+            img_page.fill("#prompt", "Describe this picture.")
+            img_page.click("#send")
+            img_page.wait_for_selector(f"{last}:is([data-state=done], [data-state=error])", timeout=120000)
+            r = img_page.evaluate("""(sel) => {
+                const u = [...document.querySelectorAll('.msg.user')].pop();
+                const im = u && u.querySelector('img[data-testid=user-image]');
+                const m = document.querySelector(sel);
+                return { img: im ? [im.getAttribute('src'), im.naturalWidth, im.naturalHeight] : null,
+                         text: u && u.querySelector('.content') && u.querySelector('.content').innerText,
+                         state: m.dataset.state, reply: m.querySelector('.content').innerText,
+                         error: m.querySelector('.error').innerText, meta: m.querySelector('.meta').innerText,
+                         pending: document.querySelectorAll('#attachments .attachment').length };
+            }""", last)
+            body = sent[0] if sent else {}
+            want = [{"type": "text", "text": "Describe this picture."},
+                    {"type": "image_url", "image_url": {"url": pic_url}}]
+            got = (body.get("messages") or [{}])[-1]
+            check("image sent", got == {"role": "user", "content": want},
+                  "the user message is text + image_url (the PNG's data URI)" if got.get("content") == want
+                  else f"sent {json.dumps(got)[:300]}")
+            check("image shown", r["img"] is not None and r["img"][0] == pic_url and r["img"][1:] == [64, 64]
+                  and r["text"] == "Describe this picture." and r["pending"] == 0,
+                  f"user bubble img {r['img'][1:] if r['img'] else None}, text {r['text']!r}, "
+                  f"composer attachments left {r['pending']}")
+            check("image reply", r["state"] == "done" and r["reply"].strip() != "",
+                  f"{r['state']}: {len(r['reply'])} chars (noise), meta {' '.join(r['meta'].split())!r}"
+                  + (f", error {r['error']!r}" if r["error"] else ""))
+            # The next turn carries the picture in the history.
+            img_page.fill("#prompt", "And the colours?")
+            img_page.click("#send")
+            img_page.wait_for_function("() => document.querySelectorAll('.msg.assistant:is([data-state=done],"
+                                       " [data-state=error])').length === 2", timeout=120000)
+            hist = [m for m in (sent[1] if len(sent) > 1 else {}).get("messages", []) if m["role"] == "user"]
+            check("image history", len(hist) == 2 and hist[0]["content"] == want
+                  and hist[1]["content"] == "And the colours?",
+                  "the second request sends the first user message again with its image_url"
+                  if hist and hist[0]["content"] == want else f"second request's user messages: {json.dumps(hist)[:300]}")
+            img_page.reload()
+            img_page.wait_for_selector(".msg.user img[data-testid=user-image]", timeout=10000)
+            kept = img_page.get_attribute(".msg.user img[data-testid=user-image]", "src")
+            check("image reload", kept == pic_url, "the picture is back from localStorage after a reload"
+                  if kept == pic_url else f"after reload: {(kept or '')[:60]!r}")
+            # The picture: the conversation, and one more attached in the composer.
+            img_page.set_input_files("#attach-file", pic_path)
+            img_page.wait_for_selector("#attachments .attachment img", timeout=10000)
+            img_page.fill("#prompt", "What about this one?")
+            img_page.screenshot(path=os.path.join(a.shots, "chat-image.png"))
+            img_page.close()
+
             ctx.close()
         # The refused requests of (c) and (h) are logged by Chromium itself as
         # failed resource loads (400, 401): expected; everything else counts.
@@ -549,13 +689,16 @@ def main():
     except Exception as e:  # noqa: BLE001
         check("run", False, f"{type(e).__name__}: {e}")
         try:
-            with open(os.path.join(work, "steward.log")) as f:
-                tail = f.read()[-2000:]
-            log("server log tail:\n" + tail)
+            for name in ("steward.log", "steward-mmproj.log"):
+                if os.path.exists(os.path.join(work, name)):
+                    with open(os.path.join(work, name)) as f:
+                        log(f"{name} tail:\n" + f.read()[-2000:])
         except OSError:
             pass
     finally:
         server.stop()
+        if mm:
+            mm.stop()
         if not a.keep:
             shutil.rmtree(work, ignore_errors=True)
         else:

@@ -7,7 +7,8 @@
 #   scripts/browser_check.sh [--web-dir crates/server/web] [--keep]
 #   STEWARD=path/to/steward scripts/browser_check.sh
 #
-# Writes docs/img/chat.png and docs/img/dashboard.png; prints one
+# Writes docs/img/chat.png, docs/img/dashboard.png and docs/img/chat-image.png
+# (a second steward with --mmproj target/mmproj/gemma3.gguf); prints one
 # `browser check: PASS|FAIL` line; exits non-zero on a failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -22,11 +22,13 @@
       return dflt;
     }
   }
-  function save(key, v) {
+  function save(key, v, quiet) {
     try {
       localStorage.setItem(key, JSON.stringify(v));
+      return true;
     } catch (e) {
-      notice('Could not save to this browser\'s storage: ' + e.message);
+      if (!quiet) notice('Could not save to this browser\'s storage: ' + e.message);
+      return false;
     }
   }
 
@@ -35,6 +37,11 @@
   var currentId = load(LS_CURRENT, null);
   var settings = load(LS_SETTINGS, {}) || {};
   var models = [];
+  // Pictures attached to the next message: [{name, url}] (data: URIs).
+  var pending = [];
+  var IMAGE_TYPES = ['image/png', 'image/jpeg', 'image/webp', 'image/gif'];
+  var MAX_IMAGE_BYTES = 20 * 1024 * 1024; // the server has its own limits too
+  var imagesUnsaved = false;
   // The generation in flight: {conv, msg, ctrl, el}.
   var live = null;
 
@@ -42,7 +49,19 @@
     return Date.now().toString(36) + Math.random().toString(36).slice(2, 8);
   }
   function saveConvs() {
-    save(LS_CONVS, convs);
+    // Pictures can outgrow this browser's storage (a few MB): then they are
+    // stored as gone and kept in memory until the page is reloaded.
+    if (!save(LS_CONVS, convs, true)) {
+      var slim = convs.map(function (c) {
+        return Object.assign({}, c, { messages: c.messages.map(function (m) {
+          return m.images ? Object.assign({}, m, { images: m.images.map(function () { return null; }) }) : m;
+        }) });
+      });
+      if (save(LS_CONVS, slim) && !imagesUnsaved) {
+        imagesUnsaved = true;
+        notice('The pictures are too large for this browser\'s storage: they are kept until the page is reloaded.');
+      }
+    }
     save(LS_CURRENT, currentId);
   }
   function current() {
@@ -164,8 +183,11 @@
     }
     showModelStatus();
   }
+  function selectedModel() {
+    return models.filter(function (x) { return x.id === els.model.value; })[0];
+  }
   function showModelStatus() {
-    var m = models.filter(function (x) { return x.id === els.model.value; })[0];
+    var m = selectedModel();
     var st = m ? statusOf(m) : '';
     var label = st;
     if (st === 'unloaded') label = 'unloaded (loads on first request)';
@@ -173,6 +195,72 @@
     if (m && m.parent) label += ' \u00b7 adapter of ' + m.parent;
     els.modelStatus.textContent = label;
     els.modelStatus.dataset.state = st;
+    updateAttach();
+  }
+
+  // ---------- images ----------
+  // A model with a projector lists "image" in its modalities; none listed
+  // means text only.
+  function takesImages(m) {
+    return !!(m && Array.isArray(m.modalities) && m.modalities.indexOf('image') >= 0);
+  }
+  function updateAttach() {
+    var m = selectedModel();
+    var ok = takesImages(m);
+    els.attach.disabled = !ok;
+    els.attach.title = ok ? 'Attach an image (PNG, JPEG, WebP or GIF; pasting or dropping one works too)'
+      : !m ? 'No model to send images to'
+      : !m.modalities && statusOf(m) !== 'loaded' ? 'This model is not loaded: whether it takes images shows once it is'
+      : 'This model does not take images (it has no projector: --mmproj)';
+  }
+  function addFiles(files) {
+    if (!takesImages(selectedModel())) {
+      notice(els.attach.title);
+      return;
+    }
+    Array.prototype.forEach.call(files, function (f) {
+      if (IMAGE_TYPES.indexOf(f.type) < 0) {
+        notice(f.name + ': not a PNG, JPEG, WebP or GIF image');
+        return;
+      }
+      if (f.size > MAX_IMAGE_BYTES) {
+        notice(f.name + ': ' + fmtNum(f.size / 1048576, 1) + ' MiB, over the ' + MAX_IMAGE_BYTES / 1048576 + ' MiB an image may have');
+        return;
+      }
+      var r = new FileReader();
+      r.onload = function () {
+        pending.push({ name: f.name, url: r.result });
+        renderAttachments();
+      };
+      r.onerror = function () { notice(f.name + ': could not be read'); };
+      r.readAsDataURL(f);
+    });
+  }
+  function renderAttachments() {
+    var box = els.attachments;
+    box.textContent = '';
+    box.classList.toggle('hidden', !pending.length);
+    pending.forEach(function (a) {
+      var d = el('div', 'attachment');
+      d.dataset.testid = 'attachment';
+      var im = el('img');
+      im.src = a.url;
+      im.alt = a.name;
+      im.title = a.name;
+      var x = el('button', 'attachment-remove', '\u00d7');
+      x.type = 'button';
+      x.title = 'Remove ' + a.name;
+      x.setAttribute('aria-label', 'Remove image');
+      x.dataset.testid = 'remove-attachment';
+      x.addEventListener('click', function () {
+        pending.splice(pending.indexOf(a), 1);
+        renderAttachments();
+        els.prompt.focus();
+      });
+      d.appendChild(im);
+      d.appendChild(x);
+      box.appendChild(d);
+    });
   }
 
   // ---------- settings ----------
@@ -268,7 +356,22 @@
     var d = el('div', 'msg user');
     d.dataset.testid = 'user-message';
     d.appendChild(el('div', 'role', 'You'));
-    d.appendChild(el('div', 'content plain', m.content));
+    if (m.images && m.images.length) {
+      var imgs = el('div', 'images');
+      m.images.forEach(function (url) {
+        if (typeof url !== 'string' || url.indexOf('data:image/') !== 0) {
+          imgs.appendChild(el('span', 'image-gone', 'picture not kept (too large for this browser\'s storage)'));
+          return;
+        }
+        var im = el('img');
+        im.src = url;
+        im.alt = 'attached picture';
+        im.dataset.testid = 'user-image';
+        imgs.appendChild(im);
+      });
+      d.appendChild(imgs);
+    }
+    if (m.content || !(m.images && m.images.length)) d.appendChild(el('div', 'content plain', m.content));
     return d;
   }
   function assistantNode(m) {
@@ -454,24 +557,38 @@
     if (sys) out.push({ role: 'system', content: sys });
     for (var i = 0; i < upto; i++) {
       var m = c.messages[i];
-      if (m.role === 'user') out.push({ role: 'user', content: m.content });
+      if (m.role === 'user') out.push({ role: 'user', content: userContent(m) });
       else if (m.role === 'assistant' && !m.error && m.content) out.push({ role: 'assistant', content: m.content });
     }
     return out;
   }
 
+  // A user message with pictures is an OpenAI content array.
+  function userContent(m) {
+    var imgs = (m.images || []).filter(Boolean);
+    if (!imgs.length) return m.content;
+    var parts = m.content ? [{ type: 'text', text: m.content }] : [];
+    imgs.forEach(function (u) { parts.push({ type: 'image_url', image_url: { url: u } }); });
+    return parts;
+  }
+
   function send() {
     if (live) return;
     var text = els.prompt.value;
-    if (!text.trim()) {
+    var images = pending.map(function (a) { return a.url; });
+    if (!text.trim() && !images.length) {
       els.prompt.focus();
       return;
     }
     readSettings();
     notice('');
     var c = current() || newConv();
-    if (!c.messages.length || c.title === 'New chat') c.title = text.trim().replace(/\s+/g, ' ').slice(0, 48);
-    c.messages.push({ role: 'user', content: text });
+    if (!c.messages.length || c.title === 'New chat') c.title = text.trim().replace(/\s+/g, ' ').slice(0, 48) || 'Picture';
+    var um = { role: 'user', content: text };
+    if (images.length) um.images = images;
+    c.messages.push(um);
+    pending = [];
+    renderAttachments();
     var msg = {
       role: 'assistant', content: '', reasoning: '', tool_calls: [],
       model: els.model.value || null, finish: null, usage: null, error: null, stopped: false
@@ -655,7 +772,8 @@
       ['modelStatus', 'model-status'], ['settingsToggle', 'settings-toggle'], ['settings', 'settings'],
       ['system', 'system'], ['temperature', 'temperature'], ['top_p', 'top_p'], ['max_tokens', 'max_tokens'],
       ['seed', 'seed'], ['apiKey', 'api-key'], ['messages', 'messages'], ['composer', 'composer'],
-      ['prompt', 'prompt'], ['send', 'send'], ['stop', 'stop'], ['notice', 'notice']
+      ['prompt', 'prompt'], ['send', 'send'], ['stop', 'stop'], ['notice', 'notice'],
+      ['attach', 'attach'], ['attachFile', 'attach-file'], ['attachments', 'attachments']
     ].forEach(function (p) { els[p[0]] = $(p[1]); });
 
     writeSettings();
@@ -685,6 +803,34 @@
       }
     });
     els.prompt.addEventListener('input', growPrompt);
+    els.attach.addEventListener('click', function () { els.attachFile.click(); });
+    els.attachFile.addEventListener('change', function () {
+      addFiles(els.attachFile.files);
+      els.attachFile.value = '';
+    });
+    els.prompt.addEventListener('paste', function (e) {
+      var files = e.clipboardData && e.clipboardData.files;
+      if (files && files.length) {
+        e.preventDefault();
+        addFiles(files);
+      }
+    });
+    els.composer.addEventListener('dragover', function (e) {
+      if (e.dataTransfer && Array.prototype.indexOf.call(e.dataTransfer.types, 'Files') >= 0) {
+        e.preventDefault();
+        els.composer.classList.add('dragging');
+      }
+    });
+    els.composer.addEventListener('dragleave', function (e) {
+      if (!els.composer.contains(e.relatedTarget)) els.composer.classList.remove('dragging');
+    });
+    els.composer.addEventListener('drop', function (e) {
+      els.composer.classList.remove('dragging');
+      if (e.dataTransfer && e.dataTransfer.files.length) {
+        e.preventDefault();
+        addFiles(e.dataTransfer.files);
+      }
+    });
     els.stop.addEventListener('click', stop);
     els.newChat.addEventListener('click', function () {
       var c = current();
