@@ -151,10 +151,9 @@ impl Loaded {
         &self.config
     }
 
-    /// Compute the identity, start the tokenizer pool and the execution
-    /// owner, within `budget` bytes (fewer slots than configured when they
-    /// do not all fit; an error when not even one does).
-    pub fn start(mut self, budget: Option<u64>) -> Result<EngineHandle, LoadError> {
+    /// Fewer slots than configured where the memory budget or the GPUs'
+    /// free memory do not hold them all (an error when not one fits).
+    fn fit(&mut self, budget: Option<u64>) -> Result<(), LoadError> {
         let at = memory::Placement::of(self.config.model.n_gpu_layers, self.model.facts.n_layer);
         let host = |b: u64| b - at.on_device(b);
         let mut fits = Vec::new();
@@ -195,6 +194,14 @@ impl Loaded {
                 c.step.max_decode_seqs = c.step.max_decode_seqs.min(fit);
             }
         }
+        Ok(())
+    }
+
+    /// Compute the identity, start the tokenizer pool and the execution
+    /// owner, within `budget` bytes (fewer slots than configured when they
+    /// do not all fit; an error when not even one does).
+    pub fn start(mut self, budget: Option<u64>) -> Result<EngineHandle, LoadError> {
+        self.fit(budget)?;
         let footprint = self.full_need();
         let Loaded {
             model,

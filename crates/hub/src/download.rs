@@ -180,7 +180,13 @@ pub(crate) fn fetch_sync(r: &HubRef, o: &HubOptions) -> Result<PathBuf, HubError
     let chosen =
         crate::select::choose(&names, r.quant.as_deref()).map_err(|e| e.into_hub(r, location))?;
     let rc = RepoCache::new(&o.cache_dir, &r.repo);
-    let mut paths = Vec::with_capacity(chosen.len());
+    let mut paths = Vec::with_capacity(chosen.len() + 1);
+    let mut chosen = chosen;
+    // A vision or audio repository's projector, beside the weights (the
+    // registry looks for it there).
+    if let Some(mm) = crate::select::choose_mmproj(&names, &chosen[0]) {
+        chosen.push(mm);
+    }
     for name in &chosen {
         let sibling = info
             .siblings

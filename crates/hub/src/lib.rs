@@ -11,7 +11,8 @@
 //! so far (an interrupted download continues from there), the lock file, the
 //! progress bar. This crate adds:
 //!
-//! * choosing the file: GGUF files only, `mmproj` files skipped, the quant
+//! * choosing the file: GGUF files only, `mmproj` files skipped (a
+//!   projector in the weights' folder is fetched beside them), the quant
 //!   matched case-insensitively in the file name, Q4_K_M by default, every part
 //!   of a split model (`name-00001-of-00003.gguf`);
 //! * verification: size and sha256 against the hub's `?blobs=true` listing

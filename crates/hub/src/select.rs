@@ -7,7 +7,9 @@
 //! over a bare substring match. Without a quant, Q4_K_M when present, else the
 //! first candidate in name order (llama.cpp's `-hf` default). The files of a
 //! split model (`name-00001-of-00003.gguf`) form one choice: all parts are
-//! returned, the first part first.
+//! returned, the first part first. A repository's projector (`mmproj*.gguf`
+//! in the weights' folder, F16 preferred) is fetched beside them
+//! (`choose_mmproj`).
 
 /// Why no choice could be made.
 #[derive(Debug, PartialEq, Eq)]
@@ -159,9 +161,49 @@ pub(crate) fn choose(files: &[String], quant: Option<&str>) -> Result<Vec<String
     }
 }
 
+/// The projector fetched beside the weights (vision and audio repositories
+/// ship one): an `mmproj` GGUF in the weights' folder, F16 first, else the
+/// first in name order.
+pub(crate) fn choose_mmproj(files: &[String], weights: &str) -> Option<String> {
+    let folder = |f: &str| f.rsplit_once('/').map_or("", |(d, _)| d).to_string();
+    let here = folder(weights);
+    let mut m: Vec<&String> = files
+        .iter()
+        .filter(|f| {
+            let l = f.to_ascii_lowercase();
+            l.ends_with(".gguf") && l.contains("mmproj") && folder(f) == here
+        })
+        .collect();
+    m.sort();
+    m.iter()
+        .find(|f| bounded_match(&f.to_ascii_lowercase(), "f16"))
+        .or(m.first())
+        .map(|s| s.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_projector_beside_the_weights() {
+        let files = names(&[
+            "m-Q4_K_M.gguf",
+            "mmproj-m-bf16.gguf",
+            "mmproj-m-f16.gguf",
+            "mmproj-m-q8_0.gguf",
+            "sub/mmproj-x.gguf",
+        ]);
+        assert_eq!(
+            choose_mmproj(&files, "m-Q4_K_M.gguf").as_deref(),
+            Some("mmproj-m-f16.gguf")
+        );
+        assert_eq!(
+            choose_mmproj(&files, "sub/w.gguf").as_deref(),
+            Some("sub/mmproj-x.gguf")
+        );
+        assert_eq!(choose_mmproj(&names(&["a.gguf"]), "a.gguf"), None);
+    }
 
     fn names(v: &[&str]) -> Vec<String> {
         v.iter().map(|s| s.to_string()).collect()

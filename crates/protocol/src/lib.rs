@@ -143,8 +143,8 @@ pub struct ChatMessage {
     pub reasoning: Option<String>,
 }
 
-/// Message content: a string, or a list of typed parts (only `text` parts
-/// are supported by a text model).
+/// Message content: a string, or a list of typed parts (`text`; `image_url`
+/// and `input_audio` for a model served with a projector).
 #[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
 #[serde(untagged)]
 pub enum MessageContent {
@@ -158,6 +158,43 @@ pub struct ContentPart {
     pub kind: String,
     #[serde(default)]
     pub text: Option<String>,
+    /// `image_url` parts: `{"url": ...}` (a `data:` URI, or an `http(s)`
+    /// URL where the server allows them), or the URL as a string.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_url: Option<ImageUrl>,
+    /// `input_audio` parts: base64 `data` and its `format`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_audio: Option<InputAudio>,
+}
+
+/// An `image_url` part's image: `{"url", "detail"}` or the URL alone.
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum ImageUrl {
+    Url(String),
+    Object {
+        url: String,
+        /// Accepted and ignored (the projector decides the resolution).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        detail: Option<String>,
+    },
+}
+
+impl ImageUrl {
+    pub fn into_url(self) -> String {
+        match self {
+            ImageUrl::Url(u) | ImageUrl::Object { url: u, .. } => u,
+        }
+    }
+}
+
+/// An `input_audio` part's clip.
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+pub struct InputAudio {
+    /// The encoded file, base64.
+    pub data: String,
+    /// `wav`, `mp3` or `flac`.
+    pub format: String,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
@@ -237,6 +274,12 @@ pub struct Usage {
 #[derive(Debug, Clone, Default, Deserialize, Serialize, ToSchema, PartialEq)]
 pub struct PromptTokensDetails {
     pub cached_tokens: u32,
+    /// Prompt positions that are images (embedding rows, not text tokens).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_tokens: Option<u32>,
+    /// Prompt positions that are audio.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audio_tokens: Option<u32>,
 }
 
 /// Steward's per-request lifecycle, in milliseconds since arrival
@@ -429,6 +472,10 @@ pub struct ModelCard {
     /// and default scale.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adapter: Option<Value>,
+    /// What the model takes in (while loaded): `text`, and `image` or
+    /// `audio` when it was served with a projector that reads them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub modalities: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]

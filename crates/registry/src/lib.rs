@@ -405,6 +405,10 @@ impl Registry {
             .map_err(|e| failed(e.to_string()))?
             .map_err(failed)?;
         let mut config = spec.config.clone();
+        // A hub model's projector, fetched beside its weights.
+        if matches!(spec.source, Source::Hub(_)) && config.model.mmproj.is_none() {
+            config.model.mmproj = projector_beside(&path);
+        }
         config.model.model_path = path;
         config.model.served_name = name.to_string();
         let loaded = background(move || Engine::load(config))
@@ -571,5 +575,28 @@ impl Registry {
 
     pub fn options(&self) -> &Options {
         &self.opts
+    }
+}
+
+/// An `mmproj*.gguf` in the folder of `weights` (F16 first, else the first
+/// in name order): what the hub fetches beside a vision model's weights.
+fn projector_beside(weights: &std::path::Path) -> Option<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(weights.parent()?)
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .map(|n| n.to_string_lossy().to_ascii_lowercase())
+                .is_some_and(|n| n.contains("mmproj") && n.ends_with(".gguf"))
+        })
+        .collect();
+    found.sort();
+    let f16 = found.iter().position(|p| {
+        p.to_string_lossy().to_ascii_lowercase().contains("f16")
+            && !p.to_string_lossy().to_ascii_lowercase().contains("bf16")
+    });
+    match f16 {
+        Some(i) => Some(found.swap_remove(i)),
+        None => found.into_iter().next(),
     }
 }

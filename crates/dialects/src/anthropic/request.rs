@@ -21,8 +21,8 @@ pub struct Translated {
     pub thinking: Option<bool>,
 }
 
-/// Why a text model cannot take it.
-const TEXT_ONLY: &str = " by this server: its models read text only";
+/// Why a block outside a user message's content cannot be taken.
+const TEXT_ONLY: &str = " by this server here (images go in a user message's content)";
 
 /// Separates text blocks joined into one chat message.
 const JOIN: &str = "\n\n";
@@ -193,11 +193,20 @@ fn message(m: &Value, path: &str, out: &mut Vec<Value>) -> R<()> {
 
 fn user_blocks(blocks: &[Value], path: &str, out: &mut Vec<Value>) -> R<()> {
     let mut texts = Vec::new();
+    // With an image: the message's parts in order (texts joined between).
+    let mut parts: Vec<Value> = Vec::new();
     let mut results = 0;
     for (j, block) in blocks.iter().enumerate() {
         let b = Obj::of(block, idx(path, j))?;
         match b.req_str("type")? {
             "text" => texts.push(b.req_str("text")?),
+            "image" => {
+                if !texts.is_empty() {
+                    parts.push(json!({"type": "text", "text": texts.join(JOIN)}));
+                    texts.clear();
+                }
+                parts.push(image_part(&b)?);
+            }
             "tool_result" => {
                 let id = b.req_str("tool_use_id")?;
                 let mut content = tool_result_text(&b)?;
@@ -219,10 +228,38 @@ fn user_blocks(blocks: &[Value], path: &str, out: &mut Vec<Value>) -> R<()> {
             other => return Err(block_unsupported(&b.path, other)),
         }
     }
-    if !texts.is_empty() || results == 0 {
+    if !parts.is_empty() {
+        if !texts.is_empty() {
+            parts.push(json!({"type": "text", "text": texts.join(JOIN)}));
+        }
+        out.push(json!({"role": "user", "content": parts}));
+    } else if !texts.is_empty() || results == 0 {
         out.push(json!({"role": "user", "content": texts.join(JOIN)}));
     }
     Ok(())
+}
+
+/// An `image` block as a chat `image_url` part: a base64 source as a data
+/// URI, a URL source as its URL (which the server takes only where URLs
+/// are allowed).
+fn image_part(b: &Obj) -> R<Value> {
+    let src = b.obj("source")?.ok_or_else(|| missing(&b.p("source")))?;
+    let url = match src.req_str("type")? {
+        "base64" => format!(
+            "data:{};base64,{}",
+            src.req_str("media_type")?,
+            src.req_str("data")?
+        ),
+        "url" => src.req_str("url")?.to_string(),
+        other => {
+            return Err(unsupported(
+                &src.p("type"),
+                &format!("an image source of type `{other}`"),
+                " (send `base64` or `url`)",
+            ))
+        }
+    };
+    Ok(json!({"type": "image_url", "image_url": {"url": url}}))
 }
 
 /// A `tool_result`'s `content`: a string or text blocks (absent: empty).
@@ -305,7 +342,10 @@ fn assistant_blocks(blocks: &[Value], path: &str, out: &mut Vec<Value>) -> R<()>
 
 fn block_unsupported(path: &str, kind: &str) -> DialectError {
     let why = match kind {
-        "image" | "document" | "search_result" | "container_upload" => TEXT_ONLY,
+        "image" => TEXT_ONLY,
+        "document" | "search_result" | "container_upload" => {
+            " by this server: its models read text and images only"
+        }
         _ => " by this server",
     };
     unsupported(path, &format!("content block type `{kind}`"), why)

@@ -192,7 +192,7 @@ fn tool_result_errors_name_their_path() {
          "content": [{"type": "text", "text": "ok"}, {"type": "image", "source": {}}]}]}]})));
     assert_400(&e, "messages[0].content[0].content[1]");
     assert!(
-        e.message.contains("image") && e.message.contains("text only"),
+        e.message.contains("image") && e.message.contains("user message's content"),
         "{}",
         e.message
     );
@@ -252,7 +252,6 @@ fn assistant_thinking_text_and_calls() {
 #[test]
 fn unsupported_blocks_are_refused_with_their_path() {
     for kind in [
-        "image",
         "document",
         "search_result",
         "server_tool_use",
@@ -453,4 +452,46 @@ fn structured_output_and_effort() {
         &err(req(json!({"output_config": {"effort": "huge"}}))),
         "output_config.effort",
     );
+}
+
+#[test]
+fn image_blocks_become_image_url_parts() {
+    let t = ok(req(json!({"messages": [{"role": "user", "content": [
+        {"type": "text", "text": "what is"}, {"type": "text", "text": "this?"},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}},
+        {"type": "image", "source": {"type": "url", "url": "https://a.example/b.png"}},
+        {"type": "text", "text": "thanks"}]}]})));
+    assert_eq!(
+        t.chat["messages"][0]["content"],
+        json!([{"type": "text", "text": "what is\n\nthis?"},
+               {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+               {"type": "image_url", "image_url": {"url": "https://a.example/b.png"}},
+               {"type": "text", "text": "thanks"}])
+    );
+    for (source, param) in [
+        (json!(null), "messages[0].content[0].source"),
+        (
+            json!({"type": "file", "file_id": "x"}),
+            "messages[0].content[0].source.type",
+        ),
+        (
+            json!({"type": "base64", "media_type": "image/png"}),
+            "messages[0].content[0].source.data",
+        ),
+    ] {
+        let mut block = json!({"type": "image"});
+        if !source.is_null() {
+            block["source"] = source;
+        }
+        assert_400(
+            &err(req(
+                json!({"messages": [{"role": "user", "content": [block]}]}),
+            )),
+            param,
+        );
+    }
+    // An image in an assistant turn is refused with its path.
+    let e = err(req(json!({"messages": [{"role": "assistant", "content": [
+        {"type": "image", "source": {"type": "url", "url": "u"}}]}]})));
+    assert_400(&e, "messages[0].content[0]");
 }

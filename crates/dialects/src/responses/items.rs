@@ -6,7 +6,7 @@ use serde_json::{json, Map, Value};
 use crate::error::DialectError;
 use crate::fields::{idx, missing, unsupported, wrong_type, Obj, R};
 
-const TEXT_ONLY: &str = " by this server: its models read text only";
+const TEXT_ONLY: &str = " by this server: its models read text and images only";
 
 /// Separates texts joined into one chat message.
 const JOIN: &str = "\n\n";
@@ -193,10 +193,29 @@ fn part(p: &Value, path: &str, text_type: &str) -> R<Value> {
         }
         "text" => Ok(json!({"type": text_type, "text": o.req_str("text")?})),
         "refusal" => Ok(json!({"type": "refusal", "refusal": o.req_str("refusal")?})),
+        "input_image" if text_type == "input_text" && path.contains(".content[") => {
+            if o.get("file_id").is_some() {
+                return Err(unsupported(
+                    &o.p("file_id"),
+                    "`file_id`",
+                    " by this server (send `image_url`: a data URI or a URL)",
+                ));
+            }
+            let url = o.req_str("image_url")?;
+            let mut out = json!({"type": "input_image", "image_url": url});
+            if let Some(d) = o.str("detail")? {
+                out["detail"] = d.into();
+            }
+            Ok(out)
+        }
         kind @ ("input_image" | "input_file" | "input_audio") => Err(unsupported(
             path,
             &format!("content part type `{kind}`"),
-            TEXT_ONLY,
+            if kind == "input_image" {
+                " by this server here (images go in a user, system or developer message)"
+            } else {
+                TEXT_ONLY
+            },
         )),
         other => Err(unsupported(
             path,
@@ -219,6 +238,33 @@ fn parts_text(v: &Value) -> String {
     }
 }
 
+/// A message's canonical content as chat content: its text joined, or,
+/// with an image, the parts in order (texts between images joined).
+fn message_content(v: &Value) -> Value {
+    let Some(parts) = v.as_array() else {
+        return parts_text(v).into();
+    };
+    if !parts.iter().any(|p| p["type"] == "input_image") {
+        return parts_text(v).into();
+    }
+    let mut out = Vec::new();
+    let mut texts: Vec<Value> = Vec::new();
+    for p in parts {
+        if p["type"] == "input_image" {
+            if !texts.is_empty() {
+                out.push(json!({"type": "text", "text": parts_text(&Value::Array(std::mem::take(&mut texts)))}));
+            }
+            out.push(json!({"type": "image_url", "image_url": {"url": p["image_url"]}}));
+        } else {
+            texts.push(p.clone());
+        }
+    }
+    if !texts.is_empty() {
+        out.push(json!({"type": "text", "text": parts_text(&Value::Array(texts))}));
+    }
+    Value::Array(out)
+}
+
 /// Canonical items into chat messages: reasoning waits for the next
 /// assistant turn; consecutive function calls make one assistant turn (the
 /// preceding assistant message's, when adjacent).
@@ -239,7 +285,7 @@ impl Conversation {
                 };
                 let mut m = Map::new();
                 m.insert("role".into(), role.into());
-                m.insert("content".into(), parts_text(&item["content"]).into());
+                m.insert("content".into(), message_content(&item["content"]));
                 if role == "assistant" {
                     if let Some(r) = self.reasoning.take() {
                         m.insert("reasoning_content".into(), r.into());

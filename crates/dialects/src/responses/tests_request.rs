@@ -142,7 +142,7 @@ fn message_items_roles_and_parts() {
 
 #[test]
 fn unsupported_parts_and_items() {
-    for kind in ["input_image", "input_file", "input_audio"] {
+    for kind in ["input_file", "input_audio"] {
         let e = err(req(json!({"input": [{"role": "user", "content": [
             {"type": "input_text", "text": "look"}, {"type": kind, "image_url": "x"}]}]})));
         assert_400(&e, "input[0].content[1]");
@@ -505,4 +505,37 @@ fn previous_response_comes_first_without_its_instructions() {
     assert_eq!(e.status, 404);
     assert_eq!(e.param.as_deref(), Some("previous_response_id"));
     assert!(e.message.contains("resp_gone"));
+}
+
+#[test]
+fn input_images_become_image_url_parts() {
+    let t = ok(req(json!({"input": [{"role": "user", "content": [
+        {"type": "input_text", "text": "look"},
+        {"type": "input_image", "image_url": "data:image/png;base64,AAAA", "detail": "low"},
+        {"type": "input_text", "text": "and"}, {"type": "input_text", "text": "this"}]}]})));
+    assert_eq!(
+        t.chat["messages"][0]["content"],
+        json!([{"type": "text", "text": "look"},
+               {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+               {"type": "text", "text": "and\n\nthis"}])
+    );
+    // Text alone stays a string.
+    let t = ok(req(json!({"input": "hi"})));
+    assert_eq!(t.chat["messages"][0]["content"], json!("hi"));
+    for (item, param) in [
+        (
+            json!({"role": "user", "content": [{"type": "input_image"}]}),
+            "input[0].content[0].image_url",
+        ),
+        (
+            json!({"role": "user", "content": [{"type": "input_image", "file_id": "f"}]}),
+            "input[0].content[0].file_id",
+        ),
+        (
+            json!({"role": "assistant", "content": [{"type": "input_image", "image_url": "u"}]}),
+            "input[0].content[0]",
+        ),
+    ] {
+        assert_400(&err(req(json!({"input": [item]}))), param);
+    }
 }

@@ -40,12 +40,15 @@ pub fn marker_count(found: usize, n_media: usize) -> PrepareError {
     ))
 }
 
+/// One encoded media item: its hash, pieces and request part.
+pub type EncodedItem = ([u8; 32], Arc<Vec<Piece>>, String);
+
 /// Join tokenized text pieces and encoded media, in order
 /// (`texts.len() == media.len() + 1`). `max_span`: rows one span may have
 /// (the runtime's ubatch: a non-causal span is decoded whole).
 pub fn assemble(
     texts: Vec<Vec<TokenId>>,
-    media: &[([u8; 32], Arc<Vec<Piece>>, String)],
+    media: &[EncodedItem],
     max_span: usize,
 ) -> Result<Assembled, PrepareError> {
     let mut out = Assembled::default();

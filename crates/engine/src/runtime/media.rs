@@ -34,7 +34,7 @@ impl Runtime<'_> {
         if self.span.is_some() {
             return Err(StepError::Batch("one media span per step".into()));
         }
-        if n_tokens == 0 || embd.len() % n_tokens != 0 || n_tokens > self.capacity {
+        if n_tokens == 0 || !embd.len().is_multiple_of(n_tokens) || n_tokens > self.capacity {
             return Err(StepError::Batch(format!(
                 "a media span of {n_tokens} rows does not fit the step"
             )));

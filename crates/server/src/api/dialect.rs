@@ -135,7 +135,10 @@ async fn count(s: &Shared, body: &[u8]) -> Result<usize, ApiError> {
     let seq = s.next_seq.fetch_add(1, Ordering::Relaxed);
     let (_, input) = validate::chat(&chat, seq, &s.limits)?;
     match input {
-        validate::PromptInput::Chat(c) => Ok(routed.engine.preparer().chat(c).await?.tokens.len()),
+        validate::PromptInput::Chat(c, parts) => {
+            let (t, _) = super::generate::chat_tokens(s, &routed.engine, c, parts).await?;
+            Ok(t.tokens.len())
+        }
         _ => Err(ApiError::internal(
             "a chat body translated into something else",
         )),

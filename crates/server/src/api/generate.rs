@@ -12,6 +12,8 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use steward_engine::prepare::ChatTokens;
+use steward_engine::request::MediaSpan;
 use steward_engine::{
     EngineHandle, Event, GenerateRequest, PrepareError, Preparer, RequestStream, TokenId,
 };
@@ -25,7 +27,7 @@ use crate::http::counters::HttpMetrics;
 use crate::http::error::ApiError;
 pub(crate) use crate::prepare::spec::Api;
 use crate::prepare::spec::{GenSpec, PromptInput};
-use crate::prepare::{forcing, validate};
+use crate::prepare::{forcing, media, validate};
 
 pub(crate) async fn chat_completions(
     State(s): State<Shared>,
@@ -146,7 +148,11 @@ async fn generate_on(
     routed: models::Routed,
 ) -> Result<Response, ApiError> {
     let (mut spec, input) = validate(s, &body, seq, api, &routed)?;
+    // Everything the body holds has been moved out (a request's media can
+    // make it tens of MiB): not held while the request runs.
+    drop(body);
     let p = prepare(s, &mut spec, input, api, &routed.engine, arrival).await?;
+    let media_tokens = p.media_tokens;
     let streams = submit(id, api, &spec, p.prompt.clone(), p.plan, &routed, arrival)?;
     let ctx = ReplyCtx {
         id: id.to_string(),
@@ -161,6 +167,7 @@ async fn generate_on(
         first_prompt_token: p.prompt.first().copied(),
         output: p.output,
         dialect,
+        media_tokens,
     };
     deliver(s, ctx, streams, p.prompt.len() as u32).await
 }
@@ -193,6 +200,9 @@ fn validate(
         Api::Chat => validate::chat(body, seq, &s.limits)?,
         Api::Completion => validate::completion(body, seq, engine.preparer().n_vocab(), &s.limits)?,
     };
+    if let PromptInput::Chat(_, parts) = &input {
+        media::check_modality(parts, engine.preparer().encoder().map(|e| &e.info))?;
+    }
     let n_vocab = engine.preparer().n_vocab();
     if let Some(&(t, _)) = spec
         .sampling
@@ -214,7 +224,7 @@ fn validate(
     // A token covers at most the vocabulary's longest token of text.
     let tool_bytes = spec.tools.as_ref().map_or(0, |t| t.tools.to_string().len());
     let text_bytes = match &input {
-        PromptInput::Chat(c) => {
+        PromptInput::Chat(c, _) => {
             tool_bytes
                 + c.messages
                     .iter()
@@ -243,6 +253,8 @@ struct Prepared {
     /// Chat: how the output is read.
     output: Option<OutputCtx>,
     plan: Plan,
+    /// The prompt's image and audio positions.
+    media_tokens: (Option<u32>, Option<u32>),
 }
 
 /// A prepared request's engine settings beside its prompt.
@@ -251,6 +263,8 @@ struct Plan {
     max_tokens: u32,
     constraint: Option<steward_engine::constraint::Constraint>,
     deadline: Option<Instant>,
+    /// The prompt's media spans (every choice's sequence gets them).
+    media: Vec<MediaSpan>,
 }
 
 /// Stage ①'s engine side: render and tokenize (the bounded pool),
@@ -264,7 +278,14 @@ async fn prepare(
     engine: &EngineHandle,
     arrival: Instant,
 ) -> Result<Prepared, ApiError> {
-    let (prompt, echo_text, output, in_reasoning) = tokenize(spec, input, engine).await?;
+    let Tokenized {
+        prompt,
+        echo_text,
+        output,
+        in_reasoning,
+        media,
+        media_tokens,
+    } = tokenize(s, spec, input, engine).await?;
     let tokenized = Instant::now();
     let max_tokens = Preparer::resolve_max_tokens(
         prompt.len(),
@@ -314,38 +335,67 @@ async fn prepare(
         prompt,
         echo_text,
         output,
+        media_tokens,
         plan: Plan {
             tokenized,
             max_tokens,
             constraint,
             deadline,
+            media,
         },
     })
 }
 
-/// The prompt's tokens: a chat rendered through its template, text
-/// tokenized, token IDs as given; with the echo text and, for a chat, how
-/// its output is read and whether it starts inside a reasoning block.
+/// What `tokenize` made of the prompt.
+struct Tokenized {
+    prompt: Vec<TokenId>,
+    echo_text: Option<String>,
+    output: Option<OutputCtx>,
+    in_reasoning: bool,
+    media: Vec<MediaSpan>,
+    media_tokens: (Option<u32>, Option<u32>),
+}
+
+/// The prompt's tokens: a chat rendered through its template (its media
+/// decoded and encoded), text tokenized, token IDs as given; with the echo
+/// text and, for a chat, how its output is read and whether it starts
+/// inside a reasoning block.
 async fn tokenize(
+    s: &Shared,
     spec: &GenSpec,
     input: PromptInput,
     engine: &EngineHandle,
-) -> Result<(Vec<TokenId>, Option<String>, Option<OutputCtx>, bool), ApiError> {
+) -> Result<Tokenized, ApiError> {
+    let plain = |prompt, echo_text| Tokenized {
+        prompt,
+        echo_text,
+        output: None,
+        in_reasoning: false,
+        media: Vec::new(),
+        media_tokens: (None, None),
+    };
     Ok(match input {
-        PromptInput::Chat(c) => {
+        PromptInput::Chat(c, parts) => {
             let pr = engine.preparer();
-            let t = pr.chat(c).await?;
+            let (t, kinds) = chat_tokens(s, engine, c, parts).await?;
             let output = Some(OutputCtx {
                 family: pr.family(),
                 tools: spec.tools.as_ref().map(|p| p.tools.clone()),
                 reasoning: spec.reasoning,
                 in_reasoning: t.in_reasoning,
             });
-            (t.tokens, None, output, t.in_reasoning)
+            Tokenized {
+                media_tokens: media::span_tokens(&t.media, &kinds),
+                prompt: t.tokens,
+                echo_text: None,
+                output,
+                in_reasoning: t.in_reasoning,
+                media: t.media,
+            }
         }
         PromptInput::Text(t) => {
             let echo_text = spec.echo.then(|| t.clone());
-            (engine.preparer().text(t).await?, echo_text, None, false)
+            plain(engine.preparer().text(t).await?, echo_text)
         }
         PromptInput::Tokens(t) => {
             let echo_text = spec.echo.then(|| {
@@ -355,9 +405,31 @@ async fn tokenize(
                     .collect();
                 String::from_utf8_lossy(&bytes).into_owned()
             });
-            (t, echo_text, None, false)
+            plain(t, echo_text)
         }
     })
+}
+
+/// A chat's tokens through `Preparer::chat`, its media parts decoded
+/// first (after the model's modalities are checked), with each media
+/// item's kind by hash. Every route that prepares a chat comes here.
+pub(crate) async fn chat_tokens(
+    s: &Shared,
+    engine: &EngineHandle,
+    mut c: steward_engine::chat::ChatPrompt,
+    parts: Vec<media::MediaPart>,
+) -> Result<(ChatTokens, Vec<([u8; 32], media::Kind)>), ApiError> {
+    let pr = engine.preparer();
+    let mut kinds = Vec::new();
+    if !parts.is_empty() {
+        let info = pr.encoder().map(|e| e.info.clone());
+        media::check_modality(&parts, info.as_ref())?;
+        let rate = info.as_ref().and_then(|i| i.audio_rate);
+        let r = media::resolve(parts, rate, &s.limits.media, &s.media).await?;
+        c.media = r.inputs;
+        kinds = r.kinds;
+    }
+    Ok((pr.chat(c).await?, kinds))
 }
 
 /// One sequence per choice: the same prompt (computed once and shared
@@ -404,6 +476,7 @@ fn submit(
             markers: (api == Api::Chat).then(|| engine.preparer().markers(spec.tools.is_some())),
             adapters: routed.adapters.clone(),
             speculative: spec.speculative,
+            media: plan.media.clone(),
         })?);
     }
     Ok(streams)

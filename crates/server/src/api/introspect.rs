@@ -2,20 +2,29 @@
 //! `POST /apply-template` (a chat body → its prompt text), `POST /tokenize`
 //! and `POST /detokenize` (llama-server's shapes), and
 //! `POST /v1/chat/completions/render` (a chat body → the prompt's text and
-//! token IDs, for routers that place requests by prefix).
+//! token IDs, for routers that place requests by prefix; media parts are
+//! decoded and encoded, their positions counted, their placeholder IDs
+//! negative).
 
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::Json;
 use serde_json::{json, Value};
 
+use super::generate::chat_tokens;
 use super::state::Shared;
 use crate::http::error::ApiError;
+use crate::prepare::media::{span_tokens, MediaPart};
 use crate::prepare::validate::{self, PromptInput};
 
-fn chat_prompt(s: &Shared, body: &Bytes) -> Result<steward_engine::chat::ChatPrompt, ApiError> {
+/// A chat body's prompt (media parts as markers in its text) and its
+/// media parts, not yet decoded.
+fn chat_prompt(
+    s: &Shared,
+    body: &Bytes,
+) -> Result<(steward_engine::chat::ChatPrompt, Vec<MediaPart>), ApiError> {
     match validate::chat(body, 0, &s.limits)?.1 {
-        PromptInput::Chat(c) => Ok(c),
+        PromptInput::Chat(c, parts) => Ok((c, parts)),
         _ => Err(ApiError::internal("a chat body gave no chat prompt")),
     }
 }
@@ -27,7 +36,8 @@ pub(crate) async fn apply_template(
     let engine = super::models::route(&s, &super::models::Peek::of(&body))
         .await?
         .engine;
-    let c = chat_prompt(&s, &body)?;
+    // The media markers show where each part goes; nothing is decoded.
+    let (c, _) = chat_prompt(&s, &body)?;
     let prompt = engine.preparer().render(c).await?;
     Ok(Json(json!({ "prompt": prompt })))
 }
@@ -36,13 +46,16 @@ pub(crate) async fn render(State(s): State<Shared>, body: Bytes) -> Result<Json<
     let engine = super::models::route(&s, &super::models::Peek::of(&body))
         .await?
         .engine;
-    let c = chat_prompt(&s, &body)?;
+    let (c, parts) = chat_prompt(&s, &body)?;
     let prompt = engine.preparer().render(c.clone()).await?;
-    let t = engine.preparer().chat(c).await?;
+    let (t, kinds) = chat_tokens(&s, &engine, c, parts).await?;
+    let (image_tokens, audio_tokens) = span_tokens(&t.media, &kinds);
     Ok(Json(json!({
         "prompt": prompt,
         "prompt_token_ids": t.tokens,
         "num_tokens": t.tokens.len(),
+        "image_tokens": image_tokens.unwrap_or(0),
+        "audio_tokens": audio_tokens.unwrap_or(0),
         "starts_in_reasoning": t.in_reasoning,
     })))
 }

@@ -273,6 +273,7 @@ pub(crate) async fn list(State(s): State<Shared>) -> Result<Json<p::ModelList>, 
                     .adapter
                     .as_ref()
                     .and_then(|a| serde_json::to_value(a).ok()),
+                modalities: e.map(modalities),
             }
         })
         .collect();
@@ -280,6 +281,20 @@ pub(crate) async fn list(State(s): State<Shared>) -> Result<Json<p::ModelList>, 
         object: "list".into(),
         data,
     }))
+}
+
+/// What a loaded model takes in: text, and what its projector reads.
+fn modalities(e: &EngineHandle) -> Vec<String> {
+    let mut m = vec!["text".to_string()];
+    if let Some(enc) = e.preparer().encoder() {
+        if enc.info.vision {
+            m.push("image".into());
+        }
+        if enc.info.audio {
+            m.push("audio".into());
+        }
+    }
+    m
 }
 
 /// Admin routes change what the server holds: only with `--api-key` set

@@ -46,6 +46,8 @@ pub struct AppState {
     /// Open dashboard feeds (`/dashboard/events`, at most
     /// `dashboard::MAX_FEEDS`).
     pub(crate) feeds: AtomicUsize,
+    /// Media decoding's process-wide bound and the URL client.
+    pub(crate) media: crate::prepare::media::MediaCtx,
 }
 
 /// How the HTTP layer treats requests (`steward serve` flags).
@@ -137,6 +139,7 @@ impl AppState {
             web: o.web,
             next_seq: AtomicU64::new(1),
             feeds: AtomicUsize::new(0),
+            media: Default::default(),
         })
     }
 }

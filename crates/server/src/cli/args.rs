@@ -193,6 +193,26 @@ pub(crate) struct ServeArgs {
     /// `speculative: draft` (checked token by token at start).
     #[arg(long)]
     pub(crate) draft_model: Option<PathBuf>,
+    /// A multimodal projector GGUF (llama.cpp's `mmproj`) for the first
+    /// model: images (and audio, for an audio projector) in, as `image_url`
+    /// and `input_audio` parts. Checked against the model at start. Other
+    /// models take theirs from `mmproj` in --models-config.
+    #[arg(long)]
+    pub(crate) mmproj: Option<PathBuf>,
+    /// Threads the media encoder runs the projector on [default: half the
+    /// cores, at least 1].
+    #[arg(long)]
+    pub(crate) encoder_threads: Option<i32>,
+    /// Media items allowed to wait for the encoder; more get 503.
+    #[arg(long, default_value_t = 32)]
+    pub(crate) encoder_queue: usize,
+    /// Longest a media item may wait for the encoder before a 503, seconds.
+    #[arg(long, default_value_t = 60.0)]
+    pub(crate) encoder_timeout_s: f64,
+    /// Encoded media kept by hash, MiB (a repeated picture skips the
+    /// encoder); counted in the memory ledger (`media_cache`).
+    #[arg(long, default_value_t = 256)]
+    pub(crate) encoder_cache_mb: u64,
     /// Threads that sample and emit a step's rows, one more per 8 rows
     /// [default: half the cores up to 8 when layers are offloaded (the
     /// device idles while the host reads every row's logits), else 1].
@@ -257,9 +277,13 @@ pub(crate) struct ServeArgs {
 /// What one client may ask for and hold (docs/LIMITS.md).
 #[derive(Args)]
 pub(crate) struct LimitArgs {
-    /// Largest request body, bytes (413 past it).
-    #[arg(long, default_value_t = 2 << 20)]
-    pub(crate) max_body_bytes: usize,
+    /// Largest request body, bytes (413 past it) [default: 2 MiB; with a
+    /// projector (--mmproj), 2 MiB plus the base64 of
+    /// --media-max-request-bytes].
+    #[arg(long)]
+    pub(crate) max_body_bytes: Option<usize>,
+    #[command(flatten)]
+    pub(crate) media: MediaArgs,
     /// Most `messages` in a chat request.
     #[arg(long, default_value_t = 1024)]
     pub(crate) max_messages: usize,
@@ -322,6 +346,40 @@ pub(crate) struct LimitArgs {
     /// Responses API store: seconds a stored response lives.
     #[arg(long, default_value_t = 3600.0)]
     pub(crate) responses_ttl_s: f64,
+}
+
+/// What a request's images and audio may be (docs/LIMITS.md, "Media").
+#[derive(Args)]
+pub(crate) struct MediaArgs {
+    /// Most image and audio parts in one request.
+    #[arg(long, default_value_t = 16)]
+    pub(crate) media_max_parts: usize,
+    /// Largest image or audio file in one part, bytes (after base64).
+    #[arg(long, default_value_t = 16 << 20)]
+    pub(crate) media_max_part_bytes: usize,
+    /// Largest sum of a request's media files, bytes.
+    #[arg(long, default_value_t = 24 << 20)]
+    pub(crate) media_max_request_bytes: usize,
+    /// Most pixels in one image (read from its header before decoding).
+    #[arg(long, default_value_t = 4096 * 4096)]
+    pub(crate) media_max_pixels: u64,
+    /// Most pixels in all of a request's images together.
+    #[arg(long, default_value_t = 3 * 4096 * 4096)]
+    pub(crate) media_max_request_pixels: u64,
+    /// Longest audio clip, seconds (read from its header).
+    #[arg(long, default_value_t = 600.0)]
+    pub(crate) media_max_audio_seconds: f64,
+    /// Accept `http(s)` image URLs (fetched by the server) from the hosts
+    /// in --media-url-hosts. Off: only data URIs.
+    #[arg(long)]
+    pub(crate) media_allow_url: bool,
+    /// Hosts media URLs may name, `a.com,b.org` (`*`: any host, which lets
+    /// clients make the server fetch from anywhere it can reach).
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) media_url_hosts: Vec<String>,
+    /// Longest a media URL's fetch may take, seconds.
+    #[arg(long, default_value_t = 10.0)]
+    pub(crate) media_url_timeout_s: f64,
 }
 
 fn parse_spec_mode(s: &str) -> Result<steward_engine::SpecMode, String> {

@@ -10,10 +10,10 @@ use std::time::Duration;
 use steward_engine::EngineConfig;
 use steward_server::access::{Keys, Tls};
 use steward_server::conn::ConnLimits;
-use steward_server::limits::Limits;
+use steward_server::limits::{Limits, MediaLimits};
 use steward_server::ServerOptions;
 
-use super::args::ServeArgs;
+use super::args::{MediaArgs, ServeArgs};
 use super::model::{gpu_layers, template_flag, threads};
 use super::rpc;
 
@@ -64,6 +64,13 @@ pub(crate) fn engine_config(a: &ServeArgs) -> anyhow::Result<EngineConfig> {
         .unwrap_or(if gpu { (cores / 2).clamp(1, 8) } else { 1 })
         .max(1);
     c.prepare.chat_template = a.chat_template.as_deref().map(template_flag).transpose()?;
+    c.prepare.encoder_threads = a
+        .encoder_threads
+        .unwrap_or((cores / 2).max(1) as i32)
+        .max(1);
+    c.prepare.encoder_queue = a.encoder_queue.max(1);
+    c.prepare.encoder_timeout = secs_on(a.encoder_timeout_s, "encoder-timeout-s")?;
+    c.prepare.encoder_cache_bytes = (a.encoder_cache_mb << 20) as usize;
     c.model.progress = true;
     c.step.adapter_slice = a.adapter_slice.max(1);
     Ok(c)
@@ -151,7 +158,7 @@ pub(crate) fn http_config(a: &ServeArgs) -> anyhow::Result<HttpConfig> {
         sse_keepalive: secs_on(a.sse_keepalive_s.max(0.05), "sse-keepalive-s")?,
         request_timeout,
         limits: Limits {
-            max_body_bytes: l.max_body_bytes.max(1),
+            max_body_bytes: l.max_body_bytes.unwrap_or(2 << 20).max(1),
             max_messages: l.max_messages.max(1),
             max_tools: l.max_tools,
             max_stop: l.max_stop,
@@ -161,6 +168,7 @@ pub(crate) fn http_config(a: &ServeArgs) -> anyhow::Result<HttpConfig> {
             max_n: l.max_n.max(1),
             max_logprob_entries: l.max_logprob_entries,
             max_timeout_s: 86_400.0 * 365.0,
+            media: media_limits(&l.media)?,
         },
         body_timeout: secs_on(l.body_timeout_s, "body-timeout-s")?,
         cors_origins: l.cors_origin.clone(),
@@ -187,6 +195,40 @@ pub(crate) fn http_config(a: &ServeArgs) -> anyhow::Result<HttpConfig> {
         conn_limits,
         grace,
     })
+}
+
+/// The media flags, checked: URLs need their hosts.
+fn media_limits(m: &MediaArgs) -> anyhow::Result<MediaLimits> {
+    let url_hosts = match (m.media_allow_url, m.media_url_hosts.is_empty()) {
+        (false, true) => None,
+        (false, false) => anyhow::bail!("--media-url-hosts needs --media-allow-url"),
+        (true, true) => anyhow::bail!(
+            "--media-allow-url needs --media-url-hosts (the hosts image URLs may name; `*` for any)"
+        ),
+        (true, false) => Some(
+            m.media_url_hosts
+                .iter()
+                .map(|h| h.trim().to_ascii_lowercase())
+                .filter(|h| !h.is_empty())
+                .collect(),
+        ),
+    };
+    Ok(MediaLimits {
+        max_parts: m.media_max_parts,
+        max_part_bytes: m.media_max_part_bytes,
+        max_request_bytes: m.media_max_request_bytes,
+        max_pixels: m.media_max_pixels,
+        max_request_pixels: m.media_max_request_pixels,
+        max_audio_seconds: m.media_max_audio_seconds,
+        url_hosts,
+        url_timeout: secs_on(m.media_url_timeout_s, "media-url-timeout-s")?,
+    })
+}
+
+/// The body limit a server with a projector gets unless
+/// `--max-body-bytes` says: room for a request's media in base64.
+pub(crate) fn media_body_bytes(m: &MediaArgs) -> usize {
+    (2 << 20) + m.media_max_request_bytes.div_ceil(3) * 4
 }
 
 /// A flag in seconds: 0 or less is `None` (off); a value no `Duration`

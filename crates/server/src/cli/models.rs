@@ -18,6 +18,7 @@ use steward_registry::{ModelSpec, Resolver, Source};
 /// max_seqs = 8                       # per-model engine options
 /// ctx_per_seq = 2048
 /// chat_template = "chatml"           # a file or chatml | gemma | plain
+/// mmproj = "/models/mmproj.gguf"     # images (or audio) in
 /// lora = [{ name = "style", path = "style.gguf", scale = 1.0 }]
 /// ```
 #[derive(serde::Deserialize)]
@@ -41,6 +42,8 @@ struct ModelEntry {
     prefix_host_mb: Option<u64>,
     checkpoint_mb: Option<u64>,
     chat_template: Option<String>,
+    /// A multimodal projector GGUF (images or audio in).
+    mmproj: Option<PathBuf>,
     #[serde(default)]
     lora: Vec<LoraEntry>,
 }
@@ -69,6 +72,8 @@ pub struct ModelFlags<'a> {
     pub lora: &'a [String],
     /// `--pin NAME` (repeatable).
     pub pin: &'a [String],
+    /// `--mmproj PATH` for the first model.
+    pub mmproj: Option<&'a Path>,
 }
 
 fn stem(p: &Path) -> String {
@@ -187,6 +192,9 @@ pub fn specs(
             if let Some(mb) = e.checkpoint_mb {
                 c.admit.checkpoint_bytes = mb << 20;
             }
+            if let Some(p) = &e.mmproj {
+                c.model.mmproj = Some(p.clone());
+            }
             if let Some(t) = &e.chat_template {
                 c.prepare.chat_template = Some(super::model::template_flag(t)?);
             }
@@ -213,6 +221,15 @@ pub fn specs(
     }
     for l in f.lora {
         out[0].config.model.adapters.push(parse_lora(l)?);
+    }
+    if let Some(p) = f.mmproj {
+        if out[0].config.model.mmproj.is_some() {
+            bail!(
+                "--mmproj: model {:?} has an `mmproj` in --models-config already",
+                out[0].name
+            );
+        }
+        out[0].config.model.mmproj = Some(p.to_path_buf());
     }
     check_names(&out)?;
     for p in f.pin {

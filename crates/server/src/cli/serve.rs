@@ -16,7 +16,7 @@ use super::models;
 pub(crate) fn serve(a: ServeArgs) -> anyhow::Result<()> {
     let c = engine_config(&a)?;
     let HttpConfig {
-        options,
+        mut options,
         keys,
         tls,
         conn_limits,
@@ -29,11 +29,17 @@ pub(crate) fn serve(a: ServeArgs) -> anyhow::Result<()> {
             config: a.models_config.as_deref(),
             lora: &a.lora,
             pin: &a.pin,
+            mmproj: a.mmproj.as_deref(),
         },
         &c,
         a.served_model_name.as_deref(),
         || default_served_model(&a.model),
     )?;
+    // Images travel in the body as base64: a projector raises the body
+    // limit's default to hold the media limit.
+    if a.limits.max_body_bytes.is_none() && specs.iter().any(|s| s.config.model.mmproj.is_some()) {
+        options.limits.max_body_bytes = super::config::media_body_bytes(&a.limits.media);
+    }
     let mut kv_events = steward_server::kvevents::KvEvents::new(&a.kv_events);
     for s in specs.iter_mut() {
         s.config.deliver.kv_events = kv_events.as_ref().map(|k| k.sink(&s.name));

@@ -76,10 +76,14 @@ pub(crate) struct ReplyCtx {
     /// Another API's shape the chat answer is given in (Anthropic
     /// Messages, OpenAI Responses); `None`: chat completions.
     pub(crate) dialect: Option<std::sync::Arc<dyn Dialect>>,
+    /// Prompt positions that are images and audio (`None`: none of that
+    /// kind in the request).
+    pub(crate) media_tokens: (Option<u32>, Option<u32>),
 }
 
-/// Usage of a whole request: the prompt once, every choice's completion.
-fn usage(fins: &[&Finished]) -> p::Usage {
+/// Usage of a whole request: the prompt once, every choice's completion,
+/// and the prompt's image and audio positions.
+fn usage(fins: &[&Finished], (image_tokens, audio_tokens): (Option<u32>, Option<u32>)) -> p::Usage {
     let prompt = fins.first().map_or(0, |f| f.prompt_tokens);
     let completion: u32 = fins.iter().map(|f| f.completion_tokens).sum();
     p::Usage {
@@ -88,6 +92,8 @@ fn usage(fins: &[&Finished]) -> p::Usage {
         total_tokens: prompt + completion,
         prompt_tokens_details: Some(p::PromptTokensDetails {
             cached_tokens: fins.first().map_or(0, |f| f.cached_tokens),
+            image_tokens,
+            audio_tokens,
         }),
     }
 }
@@ -165,7 +171,7 @@ impl ReplyCtx {
         let sent = self.arrival.elapsed().as_secs_f64() * 1e3;
         let fins: Vec<&Finished> = results.iter().map(|r| &r.2).collect();
         let t = self.spec.timings.then(|| timings(&fins, sent));
-        let usage = usage(&fins);
+        let usage = usage(&fins, self.media_tokens);
         if let (Api::Chat, Some(d), Some((text, _, f))) = (self.api, &self.dialect, results.first())
         {
             let pieces: Vec<steward_dialects::Piece> = match &self.output {
@@ -314,7 +320,7 @@ impl ReplyCtx {
         };
         let mut v = json!({
             "id": self.id, "object": object, "created": self.created,
-            "model": self.model, "choices": [], "usage": usage(fins),
+            "model": self.model, "choices": [], "usage": usage(fins, self.media_tokens),
         });
         if self.spec.timings {
             // Nothing was streamed before the end: the first text is this chunk.

@@ -205,6 +205,29 @@ impl From<PrepareError> for ApiError {
                 "grammar_busy",
             ),
             PrepareError::Internal(_) => Self::internal(e.to_string()),
+            // The text starts with the part's label (`messages[0].content[1]: …`).
+            PrepareError::Media(m) => {
+                let param = m
+                    .split_once(": ")
+                    .map(|(p, _)| p)
+                    .filter(|p| p.starts_with("messages[") && !p.contains(' '))
+                    .unwrap_or("messages")
+                    .to_string();
+                ApiError {
+                    code: "invalid_media",
+                    ..Self::invalid(m, Some(&param))
+                }
+            }
+            PrepareError::MediaBusy(_) => Self::overloaded(
+                StatusCode::SERVICE_UNAVAILABLE,
+                e.to_string(),
+                "encoder_busy",
+            ),
+            PrepareError::MediaTimeout(_) => Self::overloaded(
+                StatusCode::SERVICE_UNAVAILABLE,
+                e.to_string(),
+                "encoder_timeout",
+            ),
             PrepareError::Grammar(m) => ApiError {
                 code: "invalid_grammar",
                 ..Self::invalid(format!("the grammar does not compile: {m}"), None)

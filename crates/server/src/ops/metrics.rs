@@ -574,6 +574,53 @@ pub fn render_lora(o: &mut String, e: &EngineStats, max_lora: usize) {
     );
 }
 
+/// The media encoder's counters (a model served with a projector).
+pub fn render_media(o: &mut String, enc: &steward_engine::prepare::encoder::Encoder) {
+    let c = &enc.counters;
+    let get = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+    let rows: [(&str, &str, &str, f64); 6] = [
+        (
+            "steward_media_encodes_total",
+            "Media items the projector encoded",
+            "counter",
+            get(&c.encodes) as f64,
+        ),
+        (
+            "steward_media_encode_seconds_total",
+            "Time the projector spent encoding media",
+            "counter",
+            get(&c.encode_us) as f64 / 1e6,
+        ),
+        (
+            "steward_media_cache_hits_total",
+            "Media items taken from the encoder cache (no encode)",
+            "counter",
+            get(&c.cache_hits) as f64,
+        ),
+        (
+            "steward_media_encodes_cancelled_total",
+            "Media encodes skipped or stopped because their client left",
+            "counter",
+            get(&c.cancelled) as f64,
+        ),
+        (
+            "steward_media_encodes_failed_total",
+            "Media encodes the projector failed",
+            "counter",
+            get(&c.failed) as f64,
+        ),
+        (
+            "steward_media_cache_bytes",
+            "Bytes of encoded media the encoder cache holds",
+            "gauge",
+            get(&c.cache_bytes) as f64,
+        ),
+    ];
+    for (name, help, kind, v) in rows {
+        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
+    }
+}
+
 /// Every ledger term as a gauge, `steward_memory_bytes{term=...}`.
 pub fn render_ledger(o: &mut String, l: &steward_engine::memory::MemoryLedger) {
     let _ = writeln!(o, "# HELP steward_memory_bytes Memory ledger terms (they add up to term=\"rss\" plus term=\"device_bytes\", the share in GPU memory)\n# TYPE steward_memory_bytes gauge");
@@ -587,6 +634,8 @@ pub fn render_ledger(o: &mut String, l: &steward_engine::memory::MemoryLedger) {
         ("host_prefixes", Some(l.host_prefixes)),
         ("window_state", Some(l.window_state)),
         ("checkpoints", Some(l.checkpoints)),
+        ("projector", Some(l.projector)),
+        ("media_cache", Some(l.media_cache)),
         ("compute_buffers", Some(l.compute_buffers)),
         ("other", Some(l.other)),
         ("rss", Some(l.rss)),

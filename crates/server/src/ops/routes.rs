@@ -92,6 +92,9 @@ pub(crate) async fn metrics_text(State(s): State<Shared>) -> Response {
         metrics::render_phase(&mut b, &st, engine.drain_elapsed());
         metrics::render_ledger(&mut b, &engine.ledger());
         metrics::render_lora(&mut b, &st, engine.adapters().len());
+        if let Some(enc) = engine.preparer().encoder() {
+            metrics::render_media(&mut b, enc);
+        }
         let http = s.model_metrics(name);
         counters::render_http(&mut b, &http);
         counters::render_vllm_latency(&mut b, &http);

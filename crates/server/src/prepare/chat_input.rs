@@ -5,21 +5,27 @@
 
 use serde_json::Value;
 use steward_engine::chat::ChatPrompt;
-use steward_protocol::{ChatCompletionRequest, MessageContent};
+use steward_engine::prepare::media::MEDIA_MARKER;
+use steward_protocol::{ChatCompletionRequest, ContentPart, MessageContent};
 
 use super::limits::Limits;
+use super::media::{Collector, MediaPart};
 use crate::http::error::ApiError;
 
-/// The prompt, and whether reasoning is split out of the reply.
+/// The prompt, whether reasoning is split out of the reply, and its media
+/// parts (each a `MEDIA_MARKER` in its message's text, in order; decoded
+/// later by `media::resolve`).
 pub fn prompt(
     r: &mut ChatCompletionRequest,
     tools: Option<Value>,
     l: &Limits,
-) -> Result<(ChatPrompt, bool), ApiError> {
+) -> Result<(ChatPrompt, bool, Vec<MediaPart>), ApiError> {
     let mut messages = Vec::with_capacity(r.messages.len());
+    let mut media = Collector::new(&l.media);
     for (i, m) in std::mem::take(&mut r.messages).into_iter().enumerate() {
-        messages.push(hf_message(i, m)?);
+        messages.push(hf_message(i, m, &mut media)?);
     }
+    let media = media.parts;
     let flag = |v: Option<Value>, name: &str| -> Result<Option<bool>, ApiError> {
         match v {
             None | Some(Value::Null) => Ok(None),
@@ -104,14 +110,20 @@ pub fn prompt(
         add_generation_prompt,
         continue_final_message,
         variant,
+        media: Vec::new(),
     };
-    Ok((prompt, reasoning))
+    Ok((prompt, reasoning, media))
 }
 
 /// One OpenAI message as the Hugging Face dict templates read: the same
-/// keys, text parts joined, call `arguments` parsed into objects, the
-/// reasoning under `reasoning_content`.
-fn hf_message(i: usize, m: steward_protocol::ChatMessage) -> Result<Value, ApiError> {
+/// keys, text parts joined (a media part is the media marker where it
+/// was), call `arguments` parsed into objects, the reasoning under
+/// `reasoning_content`.
+fn hf_message(
+    i: usize,
+    m: steward_protocol::ChatMessage,
+    media: &mut Collector,
+) -> Result<Value, ApiError> {
     let param = format!("messages[{i}]");
     if !matches!(
         m.role.as_str(),
@@ -140,27 +152,7 @@ fn hf_message(i: usize, m: steward_protocol::ChatMessage) -> Result<Value, ApiEr
     let content = match m.content {
         None => Value::Null,
         Some(MessageContent::Text(t)) => Value::String(t),
-        Some(MessageContent::Parts(parts)) => {
-            let mut s = String::new();
-            for (j, p) in parts.into_iter().enumerate() {
-                match (p.kind.as_str(), p.text) {
-                    ("text", Some(t)) => s.push_str(&t),
-                    ("text", None) => {
-                        return Err(ApiError::invalid_value(
-                            format!("{param}.content[{j}]: a `text` part needs a string `text`"),
-                            &format!("{param}.content"),
-                        ))
-                    }
-                    (kind, _) => {
-                        return Err(ApiError::unsupported(
-                            format!("{param}.content[{j}]: content part type `{kind}` is not supported by this text model"),
-                            &format!("{param}.content"),
-                        ))
-                    }
-                }
-            }
-            Value::String(s)
-        }
+        Some(MessageContent::Parts(parts)) => Value::String(parts_text(&param, parts, media)?),
     };
     // An assistant turn that only called tools: content "" (OpenAI clients
     // send null; many templates read `message.content` unguarded, and
@@ -188,6 +180,49 @@ fn hf_message(i: usize, m: steward_protocol::ChatMessage) -> Result<Value, ApiEr
             .map(Value::String),
     );
     Ok(Value::Object(o))
+}
+
+/// A message's content parts as one text: text parts joined, each image
+/// or audio part the media marker (its bytes to `media`).
+fn parts_text(
+    param: &str,
+    parts: Vec<ContentPart>,
+    media: &mut Collector,
+) -> Result<String, ApiError> {
+    let mut s = String::new();
+    for (j, p) in parts.into_iter().enumerate() {
+        let label = format!("{param}.content[{j}]");
+        match (p.kind.as_str(), p.text, p.image_url, p.input_audio) {
+            ("text", Some(t), ..) => s.push_str(&t),
+            ("text", None, ..) => {
+                return Err(ApiError::invalid_value(
+                    format!("{label}: a `text` part needs a string `text`"),
+                    &format!("{param}.content"),
+                ))
+            }
+            ("image_url", _, Some(u), _) => {
+                media.image(label, u.into_url())?;
+                s.push_str(MEDIA_MARKER);
+            }
+            ("input_audio", _, _, Some(a)) => {
+                media.audio(label, a.data, a.format)?;
+                s.push_str(MEDIA_MARKER);
+            }
+            (kind @ ("image_url" | "input_audio"), ..) => {
+                return Err(ApiError::invalid_value(
+                    format!("{label}: an `{kind}` part needs its `{kind}` object"),
+                    &label,
+                ))
+            }
+            (kind, ..) => {
+                return Err(ApiError::unsupported(
+                    format!("{label}: content part type `{kind}` is not supported (text, image_url, input_audio are)"),
+                    &format!("{param}.content"),
+                ))
+            }
+        }
+    }
+    Ok(s)
 }
 
 /// Assistant `tool_calls`, checked (each names its function).

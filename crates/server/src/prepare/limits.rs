@@ -6,6 +6,7 @@
 use serde_json::Value;
 use steward_engine::constraint::Grammar;
 
+pub use super::media::MediaLimits;
 use super::spec::GenSpec;
 use crate::http::error::ApiError;
 
@@ -37,6 +38,8 @@ pub struct Limits {
     pub max_logprob_entries: u64,
     /// Longest `timeout` a request may ask for, seconds.
     pub max_timeout_s: f64,
+    /// Images and audio clips (`prepare/media/`).
+    pub media: MediaLimits,
 }
 
 impl Default for Limits {
@@ -52,6 +55,7 @@ impl Default for Limits {
             max_n: 16,
             max_logprob_entries: 1 << 20,
             max_timeout_s: 86_400.0 * 365.0,
+            media: MediaLimits::default(),
         }
     }
 }

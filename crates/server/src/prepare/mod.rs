@@ -1,7 +1,8 @@
 //! Stage ① prepare: a wire body turned into what the engine is asked for.
 //! Field validation (`validate` → `GenSpec` and `PromptInput`, in `spec`),
 //! every client-controlled limit (`limits`), a chat's messages into the
-//! template's input (`chat_input`), `tools`/`tool_choice` (`tools`), the
+//! template's input (`chat_input`), images and audio (`media/`: checked,
+//! fetched, decoded within bounds), `tools`/`tool_choice` (`tools`), the
 //! grammar a chat's output is held to (`forcing`).
 //!
 //! May use `http/` (errors) only.
@@ -9,6 +10,7 @@
 pub mod chat_input;
 pub(crate) mod forcing;
 pub mod limits;
+pub mod media;
 pub mod spec;
 pub mod tools;
 pub mod validate;

@@ -7,6 +7,7 @@ use steward_engine::chat::ChatPrompt;
 use steward_engine::constraint::Grammar;
 use steward_engine::SamplingParams;
 
+use super::media::MediaPart;
 use super::tools::ToolPlan;
 
 /// Which endpoint's body a request came as (the dialects take `Chat`).
@@ -45,8 +46,11 @@ pub struct GenSpec {
     pub speculative: Option<steward_engine::SpecRequest>,
 }
 
+// One per request, moved a few times: boxing the chat would buy nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum PromptInput {
-    Chat(ChatPrompt),
+    /// A chat's prompt and its media parts, not yet decoded.
+    Chat(ChatPrompt, Vec<MediaPart>),
     Text(String),
     Tokens(Vec<i32>),
 }

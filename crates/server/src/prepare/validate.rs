@@ -416,7 +416,7 @@ pub fn chat(body: &[u8], seq: u64, l: &Limits) -> Result<(GenSpec, PromptInput),
             "messages",
         ));
     }
-    let (prompt, reasoning) =
+    let (prompt, reasoning, media) =
         chat_input::prompt(&mut r, plan.as_ref().map(|p| p.tools.clone()), l)?;
     let mut spec = fields(r.sampling, seq, false, l)?;
     spec.model = r.model;
@@ -444,7 +444,7 @@ pub fn chat(body: &[u8], seq: u64, l: &Limits) -> Result<(GenSpec, PromptInput),
         check_grammar(g, param, l)?;
     }
     spec.tools = plan;
-    Ok((spec, PromptInput::Chat(prompt)))
+    Ok((spec, PromptInput::Chat(prompt, media)))
 }
 
 pub fn completion(
@@ -642,8 +642,18 @@ mod tests {
             ),
             (
                 r#"{"messages":[{"role":"user","content":[{"type":"image_url"}]}]}"#,
+                Some("messages[0].content[0]"),
+                "invalid_value",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":[{"type":"file"}]}]}"#,
                 Some("messages[0].content"),
                 "unsupported_parameter",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://a.b/c.png"}}]}]}"#,
+                Some("messages[0].content[0]"),
+                "invalid_value",
             ),
         ];
         for (body, param, code) in cases {
@@ -670,7 +680,7 @@ mod tests {
         assert_eq!(s.max_tokens, Some(7));
         assert_eq!(s.stop, vec!["Z".to_string()]);
         assert!(s.stream && s.include_usage);
-        assert!(matches!(p, PromptInput::Chat(m) if m.messages.len() == 1));
+        assert!(matches!(p, PromptInput::Chat(m, _) if m.messages.len() == 1));
     }
 
     #[test]

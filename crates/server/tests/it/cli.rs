@@ -65,6 +65,27 @@ fn bad_model_files_fail_with_one_line() {
 }
 
 #[test]
+fn media_flags_that_do_not_fit_fail_with_one_line() {
+    let cases: [(&[&str], &str); 3] = [
+        (&["--media-allow-url"], "needs --media-url-hosts"),
+        (&["--media-url-hosts", "a.com"], "needs --media-allow-url"),
+        (&["--mmproj", "/definitely/not/here-mmproj.gguf"], "mmproj"),
+    ];
+    for (flags, want) in cases {
+        let mut args = vec!["serve", "--port", "0"];
+        args.extend_from_slice(flags);
+        let (code, err) = run(&args);
+        assert_ne!(code, 0, "{flags:?}");
+        let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert_eq!(lines.len(), 1, "one line for {flags:?}: {err}");
+        assert!(
+            lines[0].starts_with("steward: error:") && lines[0].contains(want),
+            "{err}"
+        );
+    }
+}
+
+#[test]
 fn a_chat_template_that_does_not_compile_stops_startup_naming_it() {
     let dir = std::env::temp_dir().join(format!("steward-cli-tmpl-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

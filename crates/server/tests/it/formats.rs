@@ -152,7 +152,7 @@ async fn every_template_renders_as_transformers() {
             }
             let got = match steward_server::validate::chat(body.to_string().as_bytes(), 0, &limits)
             {
-                Ok((_, steward_server::validate::PromptInput::Chat(p))) => {
+                Ok((_, steward_server::validate::PromptInput::Chat(p, _))) => {
                     h.preparer().render(p).await.map_err(|e| e.to_string())
                 }
                 Ok(_) => unreachable!(),

@@ -632,6 +632,8 @@ async fn timings_are_monotonic_and_ledger_adds_up() {
         "host_prefixes",
         "window_state",
         "checkpoints",
+        "projector",
+        "media_cache",
         "compute_buffers",
         "other",
     ];

@@ -291,3 +291,52 @@ fn serve_hf_refuses_corrupted_bytes_with_one_line_and_keeps_no_blob() {
         Vec::<PathBuf>::new()
     );
 }
+
+/// `--hf` on a repository with a projector: the `mmproj` GGUF (F16 over
+/// the others) comes beside the weights, and the model takes images.
+#[test]
+fn serve_hf_fetches_the_projector_beside_the_weights() {
+    let root_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let make = "target/pyenv/bin/python scripts/gen-random-mmproj.py --kind gemma3 --out target/mmproj/gemma3.gguf";
+    let Some(projector) = common::fixture(root_dir.join("target/mmproj/gemma3.gguf"), make) else {
+        return;
+    };
+    let real = steward_engine::fetch::ensure_default_model().unwrap();
+    let hub = TestHub::start();
+    hub.add_files(
+        REPO,
+        &commit_for(1),
+        vec![
+            (FILE, HubFile::path(&real).unwrap()),
+            ("mmproj-smol-f16.gguf", HubFile::path(&projector).unwrap()),
+            (
+                "mmproj-smol-bf16.gguf",
+                HubFile::bytes(b"not this one".to_vec()),
+            ),
+        ],
+    );
+    let root = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let client = reqwest::Client::new();
+    let mut serve = Serve::spawn(hub.url(), root.path(), false, "mmproj.log");
+    let base = serve.base();
+    rt.block_on(async {
+        serve.ready(&client, &base).await;
+        let card = card(&client, &base).await;
+        assert_eq!(
+            card["modalities"],
+            serde_json::json!(["text", "image"]),
+            "{card}"
+        );
+    });
+    let fetched: Vec<String> = hub.take_log().iter().map(|s| s.file.clone()).collect();
+    assert!(
+        fetched.iter().any(|f| f == "mmproj-smol-f16.gguf"),
+        "{fetched:?}"
+    );
+    assert!(
+        !fetched.iter().any(|f| f == "mmproj-smol-bf16.gguf"),
+        "{fetched:?}"
+    );
+    serve.terminate();
+}

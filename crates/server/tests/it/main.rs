@@ -17,5 +17,6 @@ mod hardening;
 mod http;
 mod hub_cli;
 mod lora;
+mod media;
 mod openapi;
 mod structured;

@@ -14,7 +14,7 @@ pub(super) fn anthropic_request(messages_api: bool) -> Value {
         json!({"type": {"const": "text"}, "text": {"type": "string"}}),
     );
     let block = json!({
-        "description": "User turns: `text` and `tool_result` blocks; assistant turns: `text`, `thinking`, `redacted_thinking` and `tool_use` blocks. Images, documents and server-side blocks are refused (400): the models read text only.",
+        "description": "User turns: `text`, `image` (a `base64` source; a `url` source where the server allows media URLs) and `tool_result` blocks; assistant turns: `text`, `thinking`, `redacted_thinking` and `tool_use` blocks. Documents and server-side blocks are refused (400).",
         "anyOf": [
             text_block.clone(),
             obj(&["type", "thinking"], json!({"type": {"const": "thinking"}, "thinking": {"type": "string"}, "signature": {"type": ["string", "null"]}})),
