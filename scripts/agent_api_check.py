@@ -6,18 +6,27 @@ Usage: agent_api_check.py ROOT_URL API_KEY PROFILE
            sequences, count_tokens, errors) and OpenAI Responses (whole,
            streamed, function-call round trip, previous_response_id, store,
            text.format) on the default model served as "smol".
+  vision : Anthropic Messages with an `image` block (a base64 PNG made here
+           with zlib + struct): a reply whose usage counts the picture (more
+           input tokens than the same request without it, count_tokens
+           agreeing), and a truncated PNG refused as BadRequestError naming
+           the part; on the default model with a random-weight gemma3
+           projector (noise out), served as "smol".
   minilm : embeddings (SDK, float and base64, dimensions) against the
            numpy reference of scripts/embed_reference.py, and rerank (HTTP)
            ordered as the reference orders, on all-MiniLM-L6-v2 as "minilm".
 
 Prints '<N> passed, <M> failed'; exits non-zero on any failure.
 """
+import base64
 import json
 import math
 import os
+import struct
 import sys
 import urllib.error
 import urllib.request
+import zlib
 
 root, key, profile = sys.argv[1].rstrip("/"), sys.argv[2], sys.argv[3]
 results = []
@@ -47,6 +56,23 @@ def http(method, path, body=None, headers=None):
         return e.code, json.loads(e.read() or b"null")
 
 
+def png(w=24, h=16):
+    """A small RGB PNG (a colour gradient), written with zlib and struct."""
+    rows = b"".join(b"\x00" + bytes(v for x in range(w) for v in (x * 255 // w, y * 255 // h, 128))
+                    for y in range(h))
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+def prompt_tokens(u):
+    """Anthropic's input_tokens exclude the part read from the cache."""
+    return u.input_tokens + (u.cache_read_input_tokens or 0) + (u.cache_creation_input_tokens or 0)
+
+
 WEATHER = {
     "type": "object",
     "properties": {"city": {"type": "string"}},
@@ -58,10 +84,6 @@ if profile == "smol":
     import openai
 
     ac = anthropic.Anthropic(base_url=root, api_key=key, max_retries=0)
-
-    def prompt_tokens(u):
-        """Anthropic's input_tokens exclude the part read from the cache."""
-        return u.input_tokens + (u.cache_read_input_tokens or 0) + (u.cache_creation_input_tokens or 0)
     oc = openai.OpenAI(base_url=root + "/v1", api_key=key, max_retries=0)
     msg = [{"role": "user", "content": "Name three colours."}]
 
@@ -260,12 +282,14 @@ if profile == "smol":
         return r.output_text
 
     def r_errors():
+        # This server has no projector: a picture is refused, naming the part.
+        uri = "data:image/png;base64," + base64.b64encode(png()).decode()
         try:
             oc.responses.create(model="smol", input=[{"type": "message", "role": "user", "content": [
-                {"type": "input_image", "image_url": "http://x/y.png"}]}])
+                {"type": "input_text", "text": "x"}, {"type": "input_image", "image_url": uri}]}])
             raise AssertionError("image accepted")
         except openai.BadRequestError as e:
-            assert "input_image" in str(e), e
+            assert "content[1]: this model takes no images" in str(e), e
         try:
             oc.responses.create(model="smol", input="x", tools=[{"type": "web_search"}])
             raise AssertionError("web_search accepted")
@@ -284,6 +308,59 @@ if profile == "smol":
                      ("responses previous_response_id", r_previous_response),
                      ("responses text.format json_schema", r_json_schema), ("responses errors", r_errors),
                      ("embeddings on a generative model", not_embedding)]:
+        check(name, fn)
+
+elif profile == "vision":
+    import anthropic
+
+    ac = anthropic.Anthropic(base_url=root, api_key=key, max_retries=0)
+
+    def image_block(data):
+        return {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                            "data": base64.b64encode(data).decode()}}
+
+    ask = {"type": "text", "text": "What is in this picture?"}
+    with_image = [{"role": "user", "content": [image_block(png()), ask]}]
+    without = [{"role": "user", "content": [ask]}]
+
+    def v_image():
+        r = ac.messages.create(model="smol", max_tokens=12, messages=with_image, temperature=0)
+        assert r.type == "message" and r.role == "assistant", r
+        assert r.content and r.content[0].type == "text" and r.content[0].text, r.content
+        assert r.stop_reason in ("end_turn", "max_tokens"), r.stop_reason
+        plain = ac.messages.create(model="smol", max_tokens=1, messages=without, temperature=0)
+        n_img = ac.messages.count_tokens(model="smol", messages=with_image).input_tokens
+        n_txt = ac.messages.count_tokens(model="smol", messages=without).input_tokens
+        assert prompt_tokens(r.usage) == n_img, (r.usage, n_img)
+        assert prompt_tokens(plain.usage) == n_txt, (plain.usage, n_txt)
+        assert n_img > n_txt, (n_img, n_txt)
+        return f"{n_img} input tokens (text alone: {n_txt}); {r.content[0].text!r}"
+
+    def v_image_stream():
+        text = ""
+        with ac.messages.stream(model="smol", max_tokens=12, messages=with_image, temperature=0) as s:
+            for ev in s:
+                if ev.type == "content_block_delta" and ev.delta.type == "text_delta":
+                    text += ev.delta.text
+            final = s.get_final_message()
+        whole = ac.messages.create(model="smol", max_tokens=12, messages=with_image, temperature=0)
+        assert final.content[0].text == text == whole.content[0].text, (text, whole.content)
+        assert prompt_tokens(final.usage) == prompt_tokens(whole.usage), (final.usage, whole.usage)
+
+    def v_bad_image():
+        try:
+            ac.messages.create(model="smol", max_tokens=4, messages=[
+                {"role": "user", "content": [ask, image_block(png()[:60])]}])
+            raise AssertionError("a truncated PNG was accepted")
+        except anthropic.BadRequestError as e:
+            assert e.body["error"]["type"] == "invalid_request_error", e.body
+            m = e.body["error"]["message"]
+            assert "messages[0].content[1]" in m, m
+            return m
+
+    for name, fn in [("anthropic image block: reply, input_tokens count it", v_image),
+                     ("anthropic image block streamed equals whole", v_image_stream),
+                     ("anthropic truncated PNG: BadRequestError naming the part", v_bad_image)]:
         check(name, fn)
 
 elif profile == "minilm":

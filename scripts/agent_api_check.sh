@@ -3,7 +3,10 @@
 # APIs with the official `anthropic` and `openai` Python packages (installed
 # into target/pyenv): Anthropic Messages and OpenAI Responses on the default
 # model (served as "smol"), then embeddings and rerank on all-MiniLM-L6-v2
-# (converted to GGUF by scripts/minilm-to-gguf.py, served as "minilm").
+# (converted to GGUF by scripts/minilm-to-gguf.py, served as "minilm"), then
+# Anthropic image blocks on the default model with a random-weight image
+# projector (target/mmproj/gemma3.gguf, made by scripts/gen-random-mmproj.py
+# when missing; served as "smol", profile vision).
 # One server at a time; exits non-zero if any check fails.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -14,6 +17,9 @@ venv="$root/target/pyenv"
   "$venv/bin/pip" install --quiet 'anthropic>=0.40,<1' 'openai>=1.66,<3' numpy safetensors tokenizers gguf
 minilm="$root/target/embed-ggufs/minilm.gguf"
 "$venv/bin/python" scripts/minilm-to-gguf.py --out "$minilm"
+mkdir -p target/mmproj
+[ -s target/mmproj/gemma3.gguf ] ||
+  "$venv/bin/python" scripts/gen-random-mmproj.py --kind gemma3 --out target/mmproj/gemma3.gguf
 
 pid=
 trap '[ -n "$pid" ] && { kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true; }' EXIT
@@ -48,4 +54,5 @@ check() {
 failed=0
 check smol --served-model-name smol || failed=1
 check minilm --model "minilm=$minilm" || failed=1
+check vision --served-model-name smol --mmproj target/mmproj/gemma3.gguf || failed=1
 exit $failed

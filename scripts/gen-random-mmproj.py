@@ -177,7 +177,15 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--n-embd", type=int, default=576, help="the text model's embedding width")
+    ap.add_argument("--large", action="store_true",
+                    help="a vision tower of real cost for benchmarks (about a quarter of SigLIP-400M: "
+                         "12 blocks of 768, 448 px in 14 px patches = 1024 patches; gemma3 pools 4x4 "
+                         "to 64 tokens), ~330 MiB")
     a = ap.parse_args()
+    if a.large:
+        global V_HIDDEN, V_HEADS, V_FF, V_LAYERS, IMAGE_SIZE, PATCH_SIZE, POOL
+        V_HIDDEN, V_HEADS, V_FF, V_LAYERS = 768, 12, 3072, 12
+        IMAGE_SIZE, PATCH_SIZE, POOL = 448, 14, 4
     g = Gen(a.seed)
     kv, t = audio(g, a.n_embd) if a.kind == "ultravox" else vision(a.kind, g, a.n_embd)
     write(a.out, a.kind, kv, t, a.seed)

@@ -1,16 +1,28 @@
 """The official OpenAI Python client against Steward, unchanged.
 
-Usage: openai_client_check.py BASE_URL API_KEY [smol|gemma]. `smol` (the
-default) drives the default model, served as "smol"; `gemma` drives Gemma 3
-270M, a base model without a chat template, served as "gemma" (Steward's
-built-in Gemma turns).
+Usage: openai_client_check.py BASE_URL API_KEY [smol|gemma|vision|audio].
+`smol` (the default) drives the default model, served as "smol"; `gemma`
+drives Gemma 3 270M, a base model without a chat template, served as "gemma"
+(Steward's built-in Gemma turns). `vision` and `audio` drive the default
+model (as "smol") started with a random-weight projector (scripts/
+gen-random-mmproj.py: gemma3 for `vision`, ultravox for `audio`), so the
+replies are noise: what is checked is that a PNG made here (zlib + struct)
+as a data URI, or a 1 s 16 kHz mono WAV made here (`wave`) as `input_audio`,
+goes through the SDK's own request types and comes back as a reply whose
+usage counts the picture (`prompt_tokens_details.image_tokens`) or the sound
+(`audio_tokens`); `vision` also sends a Responses `input_image`.
 
 Prints the plain closing line '<N> passed, <M> failed'; exits non-zero on
 any failure.
 """
+import base64
+import io
 import json
+import struct
 import sys
 import urllib.error
+import wave
+import zlib
 import urllib.request
 
 import openai
@@ -394,7 +406,139 @@ def g_end_of_turn():
     assert r.usage.completion_tokens == 1, r.usage
 
 
-if profile == "gemma":
+# --- media: the default model with a random-weight projector ---------------
+
+
+def png(w=24, h=16):
+    """A small RGB PNG (a colour gradient), written with zlib and struct."""
+    rows = b"".join(b"\x00" + bytes(v for x in range(w) for v in (x * 255 // w, y * 255 // h, 128))
+                    for y in range(h))
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+def wav(seconds=1.0, rate=16000):
+    """A mono 16-bit WAV of a 440 Hz tone, written with the `wave` module."""
+    import math
+
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(b"".join(struct.pack("<h", int(8000 * math.sin(2 * math.pi * 440 * i / rate)))
+                               for i in range(int(seconds * rate))))
+    return buf.getvalue()
+
+
+IMAGE_URI = "data:image/png;base64," + base64.b64encode(png()).decode()
+IMAGE_MSGS = [{"role": "user", "content": [
+    {"type": "text", "text": "What is in this picture?"},
+    {"type": "image_url", "image_url": {"url": IMAGE_URI}}]}]
+
+
+def extra(details, name):
+    """A usage detail the SDK's model may not declare (Steward's image_tokens)."""
+    v = getattr(details, name, None)
+    return v if v is not None else (details.model_extra or {}).get(name)
+
+
+def v_models():
+    ms = list(client.models.list())
+    assert [m.id for m in ms] == ["smol"], ms
+    mods = (ms[0].model_extra or {}).get("modalities")
+    assert mods == ["text", "image"], mods
+
+
+def v_image():
+    r = client.chat.completions.create(model="smol", messages=IMAGE_MSGS, max_tokens=12, temperature=0)
+    c = r.choices[0]
+    assert c.message.role == "assistant" and c.message.content, r
+    assert c.finish_reason in ("stop", "length"), c
+    images = extra(r.usage.prompt_tokens_details, "image_tokens")
+    assert isinstance(images, int) and images > 0, r.usage
+    text = client.chat.completions.create(model="smol", max_tokens=1, temperature=0,
+                                          messages=[{"role": "user", "content": "What is in this picture?"}])
+    assert r.usage.prompt_tokens >= text.usage.prompt_tokens + images, (r.usage, text.usage)
+    assert extra(text.usage.prompt_tokens_details, "image_tokens") is None, text.usage
+    return f"{images} image tokens of {r.usage.prompt_tokens}; {c.message.content!r}"
+
+
+def v_image_stream():
+    whole = client.chat.completions.create(model="smol", messages=IMAGE_MSGS, max_tokens=12, temperature=0)
+    got, finish, usage = [], None, None
+    with client.chat.completions.create(model="smol", messages=IMAGE_MSGS, max_tokens=12, temperature=0,
+                                        stream=True, stream_options={"include_usage": True}) as s:
+        for chunk in s:
+            usage = chunk.usage or usage
+            if chunk.choices:
+                finish = chunk.choices[0].finish_reason or finish
+                got.append(chunk.choices[0].delta.content or "")
+    assert "".join(got) == whole.choices[0].message.content, ("".join(got), whole.choices[0].message.content)
+    assert finish == whole.choices[0].finish_reason, finish
+    assert usage is not None and usage.prompt_tokens == whole.usage.prompt_tokens, (usage, whole.usage)
+    assert extra(usage.prompt_tokens_details, "image_tokens") == extra(whole.usage.prompt_tokens_details,
+                                                                       "image_tokens"), usage
+
+
+def v_bad_image():
+    bad = "data:image/png;base64," + base64.b64encode(png()[:60]).decode()
+    try:
+        client.chat.completions.create(model="smol", max_tokens=2, messages=[{"role": "user", "content": [
+            {"type": "text", "text": "x"}, {"type": "image_url", "image_url": {"url": bad}}]}])
+    except openai.BadRequestError as e:
+        assert "messages[0].content[1]" in str(e), e
+        return
+    raise AssertionError("a truncated PNG was accepted")
+
+
+def v_responses_image():
+    ask = "What is in this picture?"
+    r = client.responses.create(model="smol", max_output_tokens=12, temperature=0, input=[
+        {"role": "user", "content": [{"type": "input_text", "text": ask},
+                                     {"type": "input_image", "image_url": IMAGE_URI, "detail": "auto"}]}])
+    assert r.status in ("completed", "incomplete") and r.output_text, r
+    text = client.responses.create(model="smol", max_output_tokens=1, temperature=0, input=[
+        {"role": "user", "content": [{"type": "input_text", "text": ask}]}])
+    assert r.usage.input_tokens > text.usage.input_tokens, (r.usage, text.usage)
+    return f"{r.usage.input_tokens} input tokens (text alone: {text.usage.input_tokens}); {r.output_text!r}"
+
+
+def au_models():
+    ms = list(client.models.list())
+    mods = (ms[0].model_extra or {}).get("modalities")
+    assert mods == ["text", "audio"], mods
+
+
+def au_audio():
+    data = base64.b64encode(wav()).decode()
+    r = client.chat.completions.create(model="smol", max_tokens=12, temperature=0, messages=[
+        {"role": "user", "content": [{"type": "text", "text": "What do you hear?"},
+                                     {"type": "input_audio", "input_audio": {"data": data, "format": "wav"}}]}])
+    c = r.choices[0]
+    assert c.message.role == "assistant" and c.message.content, r
+    assert c.finish_reason in ("stop", "length"), c
+    d = r.usage.prompt_tokens_details
+    assert d.audio_tokens and d.audio_tokens > 0, r.usage
+    assert extra(d, "image_tokens") is None, r.usage
+    assert r.usage.prompt_tokens > d.audio_tokens, r.usage
+    return f"{d.audio_tokens} audio tokens of {r.usage.prompt_tokens}; {c.message.content!r}"
+
+
+if profile == "vision":
+    check("vision: models.list says text and image", v_models)
+    check("vision: chat with an image_url data URI, image_tokens", v_image)
+    check("vision: streamed equals whole, usage", v_image_stream)
+    check("vision: a truncated PNG is a BadRequestError naming the part", v_bad_image)
+    check("vision: responses input_image", v_responses_image)
+elif profile == "audio":
+    check("audio: models.list says text and audio", au_models)
+    check("audio: chat with input_audio (wav), audio_tokens", au_audio)
+elif profile == "gemma":
     check("gemma: chat non-streaming", g_non_stream)
     check("gemma: chat streaming equals non-streaming, usage", g_stream)
     check("gemma: models.list shows the fallback gemma template", g_models)

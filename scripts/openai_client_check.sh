@@ -3,14 +3,18 @@
 # official `openai` Python package (installed into target/pyenv), unchanged
 # client code: first the default model (served as "smol"), then Gemma 3 270M
 # (`steward fetch-model gemma3-270m`, a base model with no chat template,
-# served as "gemma"). One server at a time; exits non-zero if any check fails.
+# served as "gemma"), then the default model with a random-weight image
+# projector (target/mmproj/gemma3.gguf, profile vision) and with an audio one
+# (target/mmproj/ultravox.gguf, profile audio), both served as "smol" and
+# made by scripts/gen-random-mmproj.py when missing. One server at a time;
+# exits non-zero if any check fails.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 venv="$root/target/pyenv"
-if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import openai, prometheus_client, jsonschema' 2>/dev/null; then
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import openai, prometheus_client, jsonschema, numpy, gguf' 2>/dev/null; then
   python3 -m venv "$venv"
-  "$venv/bin/pip" install --quiet 'openai>=1.40,<4' 'prometheus-client>=0.17' 'jsonschema>=4'
+  "$venv/bin/pip" install --quiet 'openai>=1.40,<4' 'prometheus-client>=0.17' 'jsonschema>=4' numpy gguf
 fi
 
 pid=
@@ -39,8 +43,18 @@ check() {
   return $rc
 }
 
+# The random-weight projectors for the default model (noise out; see the
+# generator's doc), made once.
+mkdir -p target/mmproj
+for k in gemma3 ultravox; do
+  [ -s "target/mmproj/$k.gguf" ] ||
+    "$venv/bin/python" scripts/gen-random-mmproj.py --kind "$k" --out "target/mmproj/$k.gguf"
+done
+
 failed=0
 check smol smol || failed=1
 gemma="$(./target/release/steward fetch-model gemma3-270m)"
 check gemma gemma --model "$gemma" || failed=1
+check vision smol --mmproj target/mmproj/gemma3.gguf || failed=1
+check audio smol --mmproj target/mmproj/ultravox.gguf || failed=1
 exit $failed

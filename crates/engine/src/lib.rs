@@ -8,6 +8,7 @@
 pub mod admission;
 pub mod compare;
 pub mod config;
+pub mod cores;
 pub mod deliver;
 pub mod fatal;
 pub mod fetch;

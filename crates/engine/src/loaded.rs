@@ -225,12 +225,14 @@ impl Loaded {
         );
         let mut preparer = Preparer::new(model.clone(), &config).map_err(LoadError::Template)?;
         let sha = identity.projector_sha256.clone().unwrap_or_default();
-        let step_lock = config
-            .prepare
-            .encoder_on_owner
-            .then(|| Arc::new(std::sync::Mutex::new(())));
-        let lock = step_lock.clone();
-        if let Some(e) = crate::prepare::encoder::Encoder::load(&model, &config, sha, lock)? {
+        let cores = config
+            .model
+            .mmproj
+            .as_ref()
+            .map(|_| Arc::new(crate::cores::Cores::new(config.prepare.encoder_on_owner)));
+        if let Some(e) =
+            crate::prepare::encoder::Encoder::load(&model, &config, sha, cores.clone())?
+        {
             let max_span = owner::runtime_params(&config).n_ubatch as usize;
             preparer.set_encoder(Arc::new(e), max_span);
         }
@@ -257,7 +259,7 @@ impl Loaded {
                     queued: queued.clone(),
                     prefix_key: identity.prefix_key(),
                     adapters: adapters.clone(),
-                    step_lock,
+                    cores,
                 },
             })?
         };

@@ -73,10 +73,9 @@ pub(crate) struct OwnerParts {
     pub prefix_key: PrefixKey,
     /// The loaded adapters, published to the handle.
     pub adapters: Arc<std::sync::RwLock<Vec<crate::config::AdapterInfo>>>,
-    /// Held for each step, and by the media encoder for each encode, when
-    /// encoding is to stall the steps as a loop that encodes inline does
-    /// (`--encoder-on-owner`, a comparison knob for benchmarks).
-    pub step_lock: Option<Arc<std::sync::Mutex<()>>>,
+    /// The cores the steps share with the media encoder, turn by turn
+    /// (a model with a projector).
+    pub cores: Option<Arc<crate::cores::Cores>>,
 }
 
 /// A submitted request waiting for a slot: nothing allocated yet.
@@ -114,7 +113,7 @@ pub(crate) struct Owner<B: Backend> {
     stats: watch::Sender<EngineStats>,
     /// Loaded LoRA adapters (published).
     adapters: Arc<std::sync::RwLock<Vec<crate::config::AdapterInfo>>>,
-    step_lock: Option<Arc<std::sync::Mutex<()>>>,
+    cores: Option<Arc<crate::cores::Cores>>,
 }
 
 impl<B: Backend> Owner<B> {
@@ -164,7 +163,7 @@ impl<B: Backend> Owner<B> {
             clock: state::Clock::default(),
             stats: args.stats,
             adapters: args.adapters,
-            step_lock: args.step_lock,
+            cores: args.cores,
             config: c,
         }
     }
@@ -197,12 +196,17 @@ impl<B: Backend> Owner<B> {
         let t3 = Instant::now();
         self.flush_draining();
         let t4 = Instant::now();
-        let lock = self.step_lock.clone();
-        let guard = lock.as_ref().map(|l| l.lock());
+        // The encoder's slice ends before a step that has work.
+        let cores = self.cores.clone().filter(|_| !self.seqs.is_empty());
+        if let Some(c) = &cores {
+            c.step_begin();
+        }
         self.step();
-        drop(guard);
         let t5 = Instant::now();
         let step = self.clock.last_step.take();
+        if let Some(c) = &cores {
+            c.step_end(step.map(|s| std::time::Duration::from_secs_f64(s.0 / 1e3)));
+        }
         if step.is_none() {
             self.clock.last_done = None;
         }

@@ -132,7 +132,7 @@ impl Encoder {
         cache_bytes: usize,
         deadline: Duration,
         (projector_bytes, sha256): (u64, String),
-        step_lock: Option<Arc<Mutex<()>>>,
+        cores: Option<Arc<crate::cores::Cores>>,
     ) -> Result<Self, String> {
         let cap = queue.max(1);
         let (tx, rx) = sync_channel::<Job>(cap);
@@ -150,9 +150,7 @@ impl Encoder {
             .spawn(move || {
                 let mut projector = projector;
                 while let Ok(job) = rx.recv() {
-                    let guard = step_lock.as_ref().map(|l| l.lock());
-                    run(&mut projector, job, &c, &k);
-                    drop(guard);
+                    run(&mut projector, job, &c, &k, cores.clone());
                 }
                 drop(projector);
                 drop(model);
@@ -200,7 +198,7 @@ impl Encoder {
         model: &Arc<LoadedModel>,
         config: &crate::config::EngineConfig,
         sha256: String,
-        step_lock: Option<Arc<Mutex<()>>>,
+        cores: Option<Arc<crate::cores::Cores>>,
     ) -> Result<Option<Self>, crate::runtime::LoadError> {
         use crate::runtime::LoadError;
         let Some(path) = &config.model.mmproj else {
@@ -236,7 +234,7 @@ impl Encoder {
             c.encoder_cache_bytes,
             c.encoder_timeout,
             (bytes, sha256),
-            step_lock,
+            cores,
         )
         .map_err(LoadError::Context)?;
         Ok(Some(e))
@@ -249,7 +247,13 @@ impl Encoder {
 }
 
 /// One job on the encoder thread.
-fn run(p: &mut Projector, job: Job, cache: &Mutex<Cache>, k: &EncoderCounters) {
+fn run(
+    p: &mut Projector,
+    job: Job,
+    cache: &Mutex<Cache>,
+    k: &EncoderCounters,
+    cores: Option<Arc<crate::cores::Cores>>,
+) {
     if job.reply.is_closed() {
         k.cancelled.fetch_add(1, Ordering::Relaxed);
         return;
@@ -268,9 +272,20 @@ fn run(p: &mut Projector, job: Job, cache: &Mutex<Cache>, k: &EncoderCounters) {
     let reply = Arc::new(job.reply);
     let watch = reply.clone();
     let t = Instant::now();
+    if let Some(c) = &cores {
+        c.encode_begin();
+    }
+    // Mid-encode, the cores go to a waiting step when the slice is over.
+    let pause: Box<dyn FnMut(Duration) -> bool + Send> = match cores.clone() {
+        Some(c) => Box::new(move |ran| c.encode_yield(ran)),
+        None => Box::new(|_| false),
+    };
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        p.encode(&job.input.media, Box::new(move || watch.is_closed()))
+        p.encode(&job.input.media, Box::new(move || watch.is_closed()), pause)
     }));
+    if let Some(c) = &cores {
+        c.encode_end();
+    }
     let us = t.elapsed().as_micros() as u64;
     let Ok(reply) = Arc::try_unwrap(reply) else {
         return;

@@ -76,13 +76,20 @@ pub enum EncodeError {
 
 /// Every this many graph nodes the encoder asks whether its caller left
 /// (a check splits the graph there; nothing is checked otherwise).
-const CHECK_EVERY: usize = 32;
+const CHECK_EVERY: usize = 4;
+
+/// A check between graph nodes mid-encode: the caller may pause the
+/// encode there (given how long it has run since the last pause; true
+/// when it paused).
+type Pause = Box<dyn FnMut(std::time::Duration) -> bool + Send>;
 
 #[derive(Default)]
 struct Watch {
     nodes: usize,
     cancel: Option<Box<dyn Fn() -> bool + Send>>,
     cancelled: bool,
+    pause: Option<Pause>,
+    since: Option<std::time::Instant>,
 }
 
 /// ggml's scheduler asks (`ask`) whether a node's output is wanted, then
@@ -97,6 +104,13 @@ unsafe extern "C" fn on_node(_t: *mut sys::ggml_tensor, ask: bool, ud: *mut c_vo
     }
     let stop = w.cancel.as_ref().is_some_and(|c| c());
     w.cancelled |= stop;
+    if !stop {
+        if let (Some(p), Some(since)) = (w.pause.as_mut(), w.since) {
+            if p(since.elapsed()) {
+                w.since = Some(std::time::Instant::now());
+            }
+        }
+    }
     !stop
 }
 
@@ -196,11 +210,13 @@ impl Projector {
 
     /// Cut one media item into pieces and encode its spans. The prompt
     /// text around it is not here: only the projector's own wrapping.
-    /// `cancelled` is asked every few graph nodes: true stops the encode.
+    /// Every few graph nodes, `cancelled` is asked (true stops the encode)
+    /// and `pause` may hold the encode there (sharing the cores).
     pub fn encode(
         &mut self,
         media: &Media,
         cancelled: Box<dyn Fn() -> bool + Send>,
+        pause: Pause,
     ) -> Result<Vec<Piece>, EncodeError> {
         let w = self.watch.as_ptr();
         // SAFETY: the watch is only touched here and by the node callback,
@@ -208,10 +224,14 @@ impl Projector {
         unsafe {
             (*w).cancel = Some(cancelled);
             (*w).cancelled = false;
+            (*w).pause = Some(pause);
+            (*w).since = Some(std::time::Instant::now());
         }
         let r = self.encode_media(media);
         let cancelled = unsafe {
             (*w).cancel = None;
+            (*w).pause = None;
+            (*w).since = None;
             (*w).cancelled
         };
         if cancelled {

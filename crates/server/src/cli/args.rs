@@ -199,8 +199,8 @@ pub(crate) struct ServeArgs {
     /// models take theirs from `mmproj` in --models-config.
     #[arg(long)]
     pub(crate) mmproj: Option<PathBuf>,
-    /// Threads the media encoder runs the projector on [default: half the
-    /// cores, at least 1].
+    /// Threads the media encoder runs the projector on [default: --threads;
+    /// it takes turns with the steps on the same cores].
     #[arg(long)]
     pub(crate) encoder_threads: Option<i32>,
     /// Media items allowed to wait for the encoder; more get 503.
@@ -213,6 +213,11 @@ pub(crate) struct ServeArgs {
     /// encoder); counted in the memory ledger (`media_cache`).
     #[arg(long, default_value_t = 256)]
     pub(crate) encoder_cache_mb: u64,
+    /// Encoding stalls every stream, as a server that encodes inside its
+    /// step loop does (llama-server): a comparison knob for benchmarks
+    /// (scripts/bench-media.py), never a setting to serve with.
+    #[arg(long)]
+    pub(crate) encoder_on_owner: bool,
     /// Threads that sample and emit a step's rows, one more per 8 rows
     /// [default: half the cores up to 8 when layers are offloaded (the
     /// device idles while the host reads every row's logits), else 1].

@@ -64,13 +64,13 @@ pub(crate) fn engine_config(a: &ServeArgs) -> anyhow::Result<EngineConfig> {
         .unwrap_or(if gpu { (cores / 2).clamp(1, 8) } else { 1 })
         .max(1);
     c.prepare.chat_template = a.chat_template.as_deref().map(template_flag).transpose()?;
-    c.prepare.encoder_threads = a
-        .encoder_threads
-        .unwrap_or((cores / 2).max(1) as i32)
-        .max(1);
+    // The encoder takes turns with the owner's steps on the same cores
+    // (`steward_engine::cores`): as many threads as a step.
+    c.prepare.encoder_threads = a.encoder_threads.unwrap_or(c.model.n_threads).max(1);
     c.prepare.encoder_queue = a.encoder_queue.max(1);
     c.prepare.encoder_timeout = secs_on(a.encoder_timeout_s, "encoder-timeout-s")?;
     c.prepare.encoder_cache_bytes = (a.encoder_cache_mb << 20) as usize;
+    c.prepare.encoder_on_owner = a.encoder_on_owner;
     c.model.progress = true;
     c.step.adapter_slice = a.adapter_slice.max(1);
     Ok(c)

@@ -82,7 +82,7 @@ fn harness_kind(c: EngineConfig, memory: FakeMemory) -> Harness {
             ..Default::default()
         },
         adapters: Default::default(),
-        step_lock: None,
+        cores: None,
     };
     let kind = match memory {
         FakeMemory::Attention => MemoryKind::Attention,
