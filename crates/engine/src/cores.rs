@@ -1,9 +1,9 @@
 //! The cores the owner's steps and the media encoder share, turn by turn.
 //!
 //! On a CPU both compute on every core: run side by side they oversubscribe
-//! the cores (measured: a 4 s encode beside 8 decoding streams stalled them
-//! 5 s and took 28 s itself), and an encode run whole between two steps
-//! stalls every stream for all of it (4 s). So they take turns: the owner
+//! the cores (one round, on a busy machine: 8 decoding streams stalled
+//! 5.2 s and the encode took 28.6 s), and an encode run whole between two
+//! steps stalls every stream for all of it (docs/BENCHMARKS.md [3/7]). So they take turns: the owner
 //! holds the cores for each step, the encoder for a slice of its graph (it
 //! asks every few graph nodes whether its slice is over), and while both
 //! want the cores they alternate, a slice lasting as long as the last step
