@@ -38,3 +38,6 @@ mkdir -p target/mmproj
 for k in gemma3 mlp ultravox; do
   [ -s "target/mmproj/$k.gguf" ] || target/pyenv/bin/python scripts/gen-random-mmproj.py --kind "$k" --out "target/mmproj/$k.gguf"
 done
+# A projector for another text model (960 wide): startup must refuse it.
+[ -s target/mmproj/gemma3-960.gguf ] ||
+  target/pyenv/bin/python scripts/gen-random-mmproj.py --kind gemma3 --n-embd 960 --out target/mmproj/gemma3-960.gguf

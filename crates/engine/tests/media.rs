@@ -244,3 +244,21 @@ async fn audio_through_an_ultravox_projector_the_same_clip_the_same_output() {
     let (f2, s2) = run(&h, a2).await;
     assert_eq!((f1.output_tokens, s1), (f2.output_tokens, s2));
 }
+
+#[test]
+fn a_projector_for_another_model_is_a_one_line_startup_error() {
+    let Some(proj) = projector("gemma3-960") else {
+        return;
+    };
+    let path = steward_engine::fetch::ensure_default_model().expect("default model");
+    let mut c = EngineConfig::new(path);
+    c.model.mmproj = Some(proj);
+    c.admit.max_seqs = 1;
+    c.admit.ctx_per_seq = 256;
+    let e = match steward_engine::Engine::start(c) {
+        Ok(_) => panic!("a 960-wide projector loaded against a 576-wide model"),
+        Err(e) => e.to_string(),
+    };
+    assert!(!e.contains('\n'), "one line: {e}");
+    assert!(e.contains("gemma3-960.gguf") && e.contains("576"), "{e}");
+}

@@ -133,8 +133,12 @@ unsafe extern "C" fn on_log(level: sys::ggml_log_level, text: *const c_char, _: 
     }
     if level == sys::GGML_LOG_LEVEL_ERROR {
         tracing::warn!(target: "mtmd", "{line}");
+        // The first line of the first error since the last read: the cause
+        // (libmtmd follows some with hints).
         if let Ok(mut last) = LAST_ERROR.lock() {
-            *last = line.to_string();
+            if last.is_empty() {
+                *last = line.lines().next().unwrap_or_default().to_string();
+            }
         }
     } else {
         tracing::debug!(target: "mtmd", "{line}");

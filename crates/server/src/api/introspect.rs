@@ -79,11 +79,24 @@ pub(crate) async fn tokenize(
         .await?
         .engine;
     let v: Value = validate::parse_json(&body)?;
+    if v.get("messages").is_some() {
+        // vLLM's chat form: the messages through the template, media
+        // parts counted as the rows they take.
+        let (c, parts) = chat_prompt(&s, &body)?;
+        let (t, kinds) = chat_tokens(&s, &engine, c, parts).await?;
+        let (image_tokens, audio_tokens) = span_tokens(&t.media, &kinds);
+        return Ok(Json(json!({
+            "tokens": t.tokens,
+            "count": t.tokens.len(),
+            "image_tokens": image_tokens.unwrap_or(0),
+            "audio_tokens": audio_tokens.unwrap_or(0),
+        })));
+    }
     let content = match v.get("content") {
         Some(Value::String(c)) => c.clone(),
         _ => {
             return Err(ApiError::invalid_value(
-                "`content` must be a string",
+                "`content` must be a string (or send `messages`, as for a chat)",
                 "content",
             ))
         }

@@ -14,6 +14,11 @@ use super::model::default_served_model;
 use super::models;
 
 pub(crate) fn serve(a: ServeArgs) -> anyhow::Result<()> {
+    // Before any model is fetched or converted (minutes): a missing
+    // projector is known now.
+    if let Some(p) = a.mmproj.as_deref().filter(|p| !p.is_file()) {
+        anyhow::bail!("--mmproj {}: no such file", p.display());
+    }
     let c = engine_config(&a)?;
     let HttpConfig {
         mut options,

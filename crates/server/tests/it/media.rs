@@ -178,6 +178,10 @@ async fn a_picture_counts_in_usage_and_the_introspection_routes() {
     assert_eq!(st, 200, "{r}");
     assert_eq!(r["num_tokens"], u["prompt_tokens"], "{r}");
     assert_eq!(r["image_tokens"].as_u64(), Some(image_tokens), "{r}");
+    let (st, _, k) = s.post("/tokenize", &body).await;
+    assert_eq!(st, 200, "{k}");
+    assert_eq!(k["count"], u["prompt_tokens"], "{k}");
+    assert_eq!(k["image_tokens"].as_u64(), Some(image_tokens), "{k}");
     let count = json!({"model": "smol", "messages": [{"role": "user", "content": [
         {"type": "text", "text": "Describe: "},
         {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b64(&png(64, 64, 1))}}]}]});

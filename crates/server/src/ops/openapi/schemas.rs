@@ -259,24 +259,31 @@ pub(super) fn hand_schemas() -> Vec<(&'static str, Value)> {
         }))),
         ("RenderResponse", obj(&["prompt", "prompt_token_ids", "num_tokens", "starts_in_reasoning"], json!({
             "prompt": {"type": "string"},
-            "prompt_token_ids": {"type": "array", "items": count()},
+            "prompt_token_ids": {"type": "array", "items": {"type": "integer", "description": "A token ID; negative: a media row's placeholder"}},
             "num_tokens": count(),
+            "image_tokens": count(),
+            "audio_tokens": count(),
             "starts_in_reasoning": {"type": "boolean"},
         }))),
         ("ApplyTemplateResponse", obj(&["prompt"], json!({"prompt": {"type": "string"}}))),
         ("TokenizeRequest", json!({
             "type": "object",
-            "required": ["content"],
+            "anyOf": [{"required": ["content"]}, {"required": ["messages"]}],
             "properties": {
                 "model": {"type": ["string", "null"]},
                 "content": {"type": "string"},
+                "messages": {"type": "array", "description": "A chat (vLLM's form), through the template; media parts count as the rows they take", "items": {"type": "object"}},
                 "add_special": {"type": ["boolean", "null"], "default": false},
                 "parse_special": {"type": ["boolean", "null"], "default": true},
                 "with_pieces": {"type": ["boolean", "null"], "default": false},
             },
         })),
-        ("TokenizeResponse", obj(&["tokens"], json!({"tokens": {"anyOf": [
-            {"type": "array", "items": count()},
+        ("TokenizeResponse", obj(&["tokens"], json!({
+            "count": count(),
+            "image_tokens": count(),
+            "audio_tokens": count(),
+            "tokens": {"anyOf": [
+            {"type": "array", "items": {"type": "integer", "description": "A token ID; negative: a media row's placeholder (`messages` with media)"}},
             {"type": "array", "description": "`with_pieces`", "items": obj(&["id", "piece"], json!({
                 "id": count(),
                 "piece": {
