@@ -14,11 +14,7 @@ use super::model::default_served_model;
 use super::models;
 
 pub(crate) fn serve(a: ServeArgs) -> anyhow::Result<()> {
-    // Before any model is fetched or converted (minutes): a missing
-    // projector is known now.
-    if let Some(p) = a.mmproj.as_deref().filter(|p| !p.is_file()) {
-        anyhow::bail!("--mmproj {}: no such file", p.display());
-    }
+    check_mmproj(&a)?;
     let c = engine_config(&a)?;
     let HttpConfig {
         mut options,
@@ -139,6 +135,15 @@ pub(crate) fn serve(a: ServeArgs) -> anyhow::Result<()> {
 
 /// `--metrics-port`: `metrics_app` on its own listener, without a key
 /// and without TLS.
+/// Before any model is fetched or converted (minutes): a missing
+/// projector is known now.
+fn check_mmproj(a: &ServeArgs) -> anyhow::Result<()> {
+    if let Some(p) = a.mmproj.as_deref().filter(|p| !p.is_file()) {
+        anyhow::bail!("--mmproj {}: no such file", p.display());
+    }
+    Ok(())
+}
+
 fn serve_metrics_port(
     maddr: SocketAddr,
     state: &std::sync::Arc<steward_server::AppState>,
