@@ -18,7 +18,7 @@ use steward_engine::model::mtmd::Media;
 use steward_engine::prepare::encoder::MediaInput;
 use steward_engine::prepare::media::MEDIA_MARKER;
 use steward_engine::request::MediaSpan;
-use steward_engine::{EngineConfig, EngineHandle, Event, Finished, GenerateRequest, TokenId};
+use steward_engine::{EngineConfig, EngineHandle, Finished, GenerateRequest, TokenId};
 
 /// `gemma3`: a non-causal span (4 rows); `mlp` (LLaVA's): a causal one (16).
 fn projector(kind: &str) -> Option<std::path::PathBuf> {
@@ -87,21 +87,9 @@ async fn run(
         media,
         ..GenerateRequest::greedy("m", tokens, 8)
     };
-    let mut s = h.submit(r).unwrap();
-    let mut lps = Vec::new();
-    while let Some(ev) = s.next().await {
-        match ev {
-            Event::Admitted => {}
-            Event::Text { logprobs, .. } => lps.extend(logprobs),
-            Event::Done(f) => {
-                let mut sc = Scored::from_logprobs(&lps);
-                sc.tokens = f.output_tokens.clone();
-                return (f, sc);
-            }
-            Event::Error(e) => panic!("{e}"),
-        }
-    }
-    panic!("the stream ended without a result");
+    compare::collect_scored(h.submit(r).unwrap())
+        .await
+        .expect("the request ends")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
