@@ -22,11 +22,11 @@ import base64
 import json
 import math
 import os
-import struct
 import sys
 import urllib.error
 import urllib.request
-import zlib
+
+from checklib import png
 
 root, key, profile = sys.argv[1].rstrip("/"), sys.argv[2], sys.argv[3]
 results = []
@@ -56,16 +56,6 @@ def http(method, path, body=None, headers=None):
         return e.code, json.loads(e.read() or b"null")
 
 
-def png(w=24, h=16):
-    """A small RGB PNG (a colour gradient), written with zlib and struct."""
-    rows = b"".join(b"\x00" + bytes(v for x in range(w) for v in (x * 255 // w, y * 255 // h, 128))
-                    for y in range(h))
-
-    def chunk(kind, data):
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
-            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
 
 
 def prompt_tokens(u):

@@ -17,49 +17,29 @@ Figures (each round, every server):
           is not cached, the encoder's cache holds it) against the same with
           --encoder-cache-mb 0.
 
-Stdlib only. PNGs are made here (a gradient per seed).
+Stdlib only (and scripts/checklib.py: PNGs, a gradient per seed; free ports).
 """
 import argparse
 import base64
 import json
 import os
 import re
-import socket
 import statistics
-import struct
 import subprocess
 import sys
 import threading
 import time
 import urllib.request
-import zlib
+
+from checklib import free_port, png
 
 
-def png(w, h, seed):
-    rows = bytearray()
-    for y in range(h):
-        rows.append(0)
-        for x in range(w):
-            rows += bytes(((x * 3 + y * 5 + seed * 37) % 256, (x * 4 + y * 7 + seed * 74) % 256,
-                           (x * 5 + y * 9 + seed * 111) % 256))
-    def chunk(t, d):
-        c = struct.pack(">I", len(d)) + t + d
-        return c + struct.pack(">I", zlib.crc32(t + d) & 0xFFFFFFFF)
-    ihdr = struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(bytes(rows), 6))
-            + chunk(b"IEND", b""))
 
 
 def data_uri(w, h, seed):
     return "data:image/png;base64," + base64.b64encode(png(w, h, seed)).decode()
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def post(url, body, stream=False, timeout=600):

@@ -34,3 +34,20 @@ def http(url, body=None, headers=None, timeout=60, method=None):
         return e.code, e.read().decode(errors="replace")
     except OSError as e:
         return 0, str(e)
+
+
+def png(w=24, h=16, seed=0):
+    """A small RGB PNG (a colour gradient, shifted by `seed`), written with
+    zlib and struct."""
+    import struct
+    import zlib
+    rows = b"".join(b"\x00" + bytes(v for x in range(w)
+                                    for v in ((x * 255 // w + seed * 37) % 256,
+                                              (y * 255 // h + seed * 74) % 256, 128))
+                    for y in range(h))
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))

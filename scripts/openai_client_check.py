@@ -22,8 +22,9 @@ import struct
 import sys
 import urllib.error
 import wave
-import zlib
 import urllib.request
+
+from checklib import png
 
 import openai
 from openai import OpenAI
@@ -409,16 +410,6 @@ def g_end_of_turn():
 # --- media: the default model with a random-weight projector ---------------
 
 
-def png(w=24, h=16):
-    """A small RGB PNG (a colour gradient), written with zlib and struct."""
-    rows = b"".join(b"\x00" + bytes(v for x in range(w) for v in (x * 255 // w, y * 255 // h, 128))
-                    for y in range(h))
-
-    def chunk(kind, data):
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
-            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
 
 
 def wav(seconds=1.0, rate=16000):
