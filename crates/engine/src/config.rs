@@ -87,6 +87,17 @@ pub struct PrepareConfig {
     pub encoder_on_owner: bool,
 }
 
+/// The order waiting requests are admitted in (`--scheduling-policy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SchedulingPolicy {
+    /// Arrival order (batch lines after every interactive request).
+    #[default]
+    Fcfs,
+    /// A request's `priority` first (lower runs first), then arrival; a
+    /// better-priority request may preempt a worse one.
+    Priority,
+}
+
 /// ② admit: slots, context, the waiting queue, the memory budget, what the prefix cache keeps (`admission/`, `owner/admit.rs`, `owner/kv/`).
 #[derive(Debug, Clone)]
 pub struct AdmitConfig {
@@ -117,6 +128,15 @@ pub struct AdmitConfig {
     pub checkpoint_bytes: u64,
     /// Prompts shorter than this take no checkpoint.
     pub checkpoint_min_tokens: usize,
+    /// Which waiting request is admitted first, and which running one may be
+    /// preempted for it (`owner/plan/tenancy.rs`).
+    pub policy: SchedulingPolicy,
+    /// Keys with waiting work share the tokens by weight (virtual token
+    /// counters, `owner/plan/tenancy.rs`).
+    pub fair_share: bool,
+    /// A request that must wait may move a worse-ranked running sequence's
+    /// state to host memory and take its slot (the victim resumes later).
+    pub preempt: bool,
     /// Also a checkpoint at the end of a prompt chunk this many tokens past
     /// the slot's last one (a later prompt sharing only the start, e.g. a
     /// system prompt, starts there); 0: only near a prompt's end.
@@ -146,6 +166,10 @@ pub struct StepConfig {
     /// finished in the next step even if that step runs past
     /// `target_step_ms` (see `scheduler::overdue_budget`).
     pub ttft_target_ms: Option<f64>,
+    /// Inter-token latency target (ms): with decoders running, a step's
+    /// prompt tokens are sized to keep the step within it
+    /// (`owner/budget.rs`); None: `target_step_ms` alone.
+    pub itl_target_ms: Option<f64>,
     pub expedite_max_tokens: usize,
     /// Most overdue prompts finished in one step.
     pub expedite_max_seqs: usize,
@@ -267,6 +291,9 @@ impl EngineConfig {
                 checkpoint_bytes: 256 << 20,
                 checkpoint_min_tokens: 64,
                 checkpoint_interval: 512,
+                policy: SchedulingPolicy::Fcfs,
+                fair_share: false,
+                preempt: true,
             },
             step: StepConfig {
                 prompt_budget: 256,
@@ -277,6 +304,7 @@ impl EngineConfig {
                 target_min_prompt: 0,
                 min_prompt_budget: 16,
                 ttft_target_ms: None,
+                itl_target_ms: None,
                 expedite_max_tokens: 512,
                 expedite_max_seqs: 2,
                 adapter_slice: 4,

@@ -23,7 +23,9 @@ pub mod sample;
 
 // The crate's surface, by stage (the modules above hold the rest).
 pub use crate::admission::memory;
-pub use crate::config::{AdapterInfo, AdapterSpec, EngineConfig, SlowReaderPolicy};
+pub use crate::config::{
+    AdapterInfo, AdapterSpec, EngineConfig, SchedulingPolicy, SlowReaderPolicy,
+};
 pub use crate::deliver::stats::{self, CancelState, EngineStats, Histogram};
 pub use crate::deliver::stream::{
     self, Event, FinishReason, Finished, GenerationError, RequestStream, Timings, TokenLogprob,
@@ -36,7 +38,7 @@ pub use crate::owner::kv::cells::CellSlot;
 pub use crate::owner::kv::events as kvevents;
 pub use crate::owner::spec::speculate::SpecMode;
 pub use crate::prepare::{chat, constraint, literal, PrepareError, Preparer};
-pub use crate::request::{GenerateRequest, SpecRequest, SubmitError, MAX_DRAFT};
+pub use crate::request::{GenerateRequest, SpecRequest, SubmitError, Tenancy, MAX_DRAFT};
 pub use crate::runtime::{self as model, ceiling, LoadError, Pooling, TokenId};
 pub use crate::sample::detok;
 pub use crate::sample::sampler::SamplingParams;

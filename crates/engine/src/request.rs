@@ -53,6 +53,35 @@ pub struct GenerateRequest {
     /// The prompt's media spans, in order (their prompt positions hold
     /// `placeholder` ids).
     pub media: Vec<MediaSpan>,
+    /// Whom the request runs for and how it ranks.
+    pub tenancy: Tenancy,
+}
+
+/// Whom a request runs for and how it ranks against others: the API key's
+/// name and weight (`--fair-share`), its priority (`--scheduling-policy
+/// priority`), and whether it is a batch line (background: admitted only
+/// when no interactive request waits, preempted by any).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tenancy {
+    /// The API key's name (fair share's unit); empty: anonymous.
+    pub tenant: Arc<str>,
+    /// Fair-share weight (> 0; 1 by default).
+    pub weight: f64,
+    /// Lower runs first (vLLM's field); 0 by default.
+    pub priority: i32,
+    /// A batch line: runs only on capacity interactive requests leave.
+    pub background: bool,
+}
+
+impl Default for Tenancy {
+    fn default() -> Self {
+        Tenancy {
+            tenant: Arc::from(""),
+            weight: 1.0,
+            priority: 0,
+            background: false,
+        }
+    }
 }
 
 /// A span of the prompt that is media: embedding rows from the projector,
@@ -116,6 +145,7 @@ impl GenerateRequest {
             adapters: Vec::new(),
             speculative: None,
             media: Vec::new(),
+            tenancy: Tenancy::default(),
         }
     }
 

@@ -105,6 +105,12 @@ impl Permit {
 }
 
 impl Permit {
+    /// Cells still reserved (what a preempted sequence reserves again when
+    /// it resumes).
+    pub fn reserved(&self) -> u64 {
+        self.reserved
+    }
+
     /// `n` cells counted as computed were not (a failed step): reserve
     /// them again.
     pub fn unconsume(&mut self, n: u64) {

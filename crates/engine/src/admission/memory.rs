@@ -216,6 +216,9 @@ pub struct MemoryLedger {
     pub cached_prefixes: u64,
     /// The prefix cache's host tier: saved KV state of evicted entries.
     pub host_prefixes: u64,
+    /// Preempted sequences' saved state (host memory, in the host tier's
+    /// budget): `owner/preempt.rs`.
+    pub preempted: u64,
     /// State beside the per-token cells, within `kv_pool`: sliding-window
     /// cells held (every slot's `lo..len`) and the recurrent state of the
     /// slots holding one (hybrid models).
@@ -275,8 +278,11 @@ impl MemoryLedger {
             kv_pool.saturating_sub(live_state + reserved_growth + cached_prefixes + window_state);
         let checkpoints = s.checkpoint_bytes;
         let device_bytes = at.on_device(weights + kv_pool + s.compute_bytes);
-        let known =
-            (weights + kv_pool + s.compute_bytes - device_bytes) + host_prefixes + checkpoints;
+        let preempted = s.preempted_bytes;
+        let known = (weights + kv_pool + s.compute_bytes - device_bytes)
+            + host_prefixes
+            + preempted
+            + checkpoints;
         MemoryLedger {
             budget,
             weights,
@@ -286,6 +292,7 @@ impl MemoryLedger {
             kv_free,
             cached_prefixes,
             host_prefixes,
+            preempted,
             window_state,
             checkpoints,
             projector: 0,
@@ -320,6 +327,7 @@ impl MemoryLedger {
             + self.kv_free
             + self.cached_prefixes
             + self.host_prefixes
+            + self.preempted
             + self.window_state
             + self.checkpoints
             + self.projector

@@ -227,6 +227,18 @@ pub struct EngineStats {
     pub prefix_host_bytes: u64,
     pub prefix_host_entries: usize,
     pub prefix_host_ms_total: f64,
+    /// Preemption (`owner/preempt.rs`): sequences moved off their slots
+    /// with their state saved to host memory, or to be recomputed (no
+    /// room); resumed; time saving and restoring; cells recomputed; held
+    /// now (sequences and host bytes).
+    pub preempt_swapped: u64,
+    pub preempt_recomputed: u64,
+    pub preempt_resumed: u64,
+    pub preempt_save_ms_total: f64,
+    pub preempt_restore_ms_total: f64,
+    pub preempt_recomputed_tokens: u64,
+    pub preempted: usize,
+    pub preempted_bytes: u64,
     /// How the model's memory holds a sequence: `attention`,
     /// `sliding_window`, `recurrent` or `hybrid` (`MemoryKind::name`).
     pub memory_kind: &'static str,

@@ -13,6 +13,7 @@ use crate::owner::kv::key::PrefixKey;
 use crate::owner::kv::prefix::{Entry, Reuse};
 use crate::owner::plan::adapter_sets::{canonical, key_for};
 use crate::owner::plan::admit::{decide, Decision, Offer};
+use crate::owner::preempt::Candidate;
 use crate::owner::sequence::{SeqLimits, Sequence};
 use crate::owner::slots::fragments;
 use crate::owner::{Owner, Waiting};
@@ -21,8 +22,10 @@ use crate::runtime::backend::Backend;
 use crate::runtime::{MemoryKind, TokenId};
 
 impl<B: Backend> Owner<B> {
-    /// Admit from the head of the queue (arrival order) while a slot is free
-    /// and the ledger can reserve prompt + max_tokens.
+    /// Admit in rank order (arrival order unless a policy or a batch line
+    /// says otherwise: `owner/preempt.rs`) while a slot is free and the
+    /// ledger can reserve prompt + max_tokens; the first that must wait
+    /// holds the rest back, unless it may preempt.
     pub(super) fn admit(&mut self) {
         self.check_pressure();
         // Under measured OS memory pressure, admit slowly (one request per
@@ -34,11 +37,27 @@ impl<B: Backend> Owner<B> {
             usize::MAX
         };
         self.kv.pinned.clear();
-        while !self.queue.waiting.is_empty() && budget > 0 {
+        // Each preemption frees a slot for one candidate; a few a pass.
+        let mut preemptions = 4;
+        while budget > 0 {
+            let Some(c) = self.next_candidate() else {
+                break;
+            };
             budget -= 1;
-            if !self.admit_head() {
+            let admitted = match c {
+                Candidate::Waiting(i) => self.admit_at(i),
+                Candidate::Parked(i) => self.resume(i),
+            };
+            if admitted {
+                continue;
+            }
+            // It must wait, unless it may take a worse-ranked sequence's
+            // slot (`owner/preempt.rs`).
+            if preemptions == 0 || !self.preempt_for(c) {
                 break;
             }
+            preemptions -= 1;
+            budget += 1;
         }
     }
 
@@ -54,10 +73,10 @@ impl<B: Backend> Owner<B> {
         }
     }
 
-    /// Admit the head of the queue; false when it must wait (and the rest
-    /// of the queue behind it).
-    fn admit_head(&mut self) -> bool {
-        let Some(w) = self.queue.waiting.front() else {
+    /// Admit waiting request `i`; false when it must wait (and the rest of
+    /// the queue behind it).
+    fn admit_at(&mut self, i: usize) -> bool {
+        let Some(w) = self.queue.waiting.get(i) else {
             return false;
         };
         let r = &w.sub.req;
@@ -101,14 +120,14 @@ impl<B: Backend> Owner<B> {
             }
             return false;
         };
-        let Some(w) = self.queue.waiting.pop_front() else {
+        let Some(w) = self.queue.waiting.remove(i) else {
             return false;
         };
         let req = &w.sub.req;
         let Some((slot, reused)) = self.place(&d, taken, &mut permit, pkey, req) else {
             // No slot after all (the only entries are pinned): the request
             // waits at the head of the queue.
-            self.queue.waiting.push_front(w);
+            self.queue.waiting.insert(i, w);
             return false;
         };
         self.start(w, slot, reused, permit, eligible);
@@ -149,7 +168,7 @@ impl<B: Backend> Owner<B> {
     /// first) until it fits; None when it cannot. (A takeover through a
     /// checkpoint the runtime refuses computes its prefix in the cells the
     /// entry held: beyond its reservation, as held.)
-    fn reserve(&mut self, d: &mut Decision) -> Option<Permit> {
+    pub(super) fn reserve(&mut self, d: &mut Decision) -> Option<Permit> {
         self.sync_ledger();
         loop {
             if let Some(p) = self.ledger.try_reserve(d.growth, d.adds as u64) {
@@ -265,7 +284,7 @@ impl<B: Backend> Owner<B> {
             max_lag_tokens: self.config.deliver.max_lag_tokens,
         };
         let (spec_mode, spec_max) = self.spec_for(w.sub.req.speculative);
-        let mut seq = Sequence::new(self.next_key, slot, w.sub, limits, permit, reused);
+        let mut seq = Sequence::new(self.next_key, slot, w.sub, limits, permit, reused, w.order);
         seq.speculate(spec_mode, spec_max, &self.spec.priors);
         // Device sampling where the request's sampler is plain greedy;
         // the slot keeps its path until a request needs the other one.

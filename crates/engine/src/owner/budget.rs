@@ -1,4 +1,5 @@
-//! The step's prompt budget: the step-time target through the cost model
+//! The step's prompt budget: the step-time target (and, while decoders
+//! run, the inter-token latency target) through the cost model
 //! (`owner/plan/cost.rs`), the efficient-chunk rounding, and the TTFT target's
 //! expedited prompts (`scheduler::overdue`). Owner-thread only.
 
@@ -42,6 +43,13 @@ impl<B: Backend> Owner<B> {
                     !s.is_decoding() && s.prompt_left() > 0 && s.prompt.len() >= min_prompt
                 })
         });
+        // With decoders running, the inter-token latency target binds
+        // first (`--itl-target-ms`); without, the step target alone.
+        let itl = self.config.step.itl_target_ms.filter(|_| decoders > 0);
+        let target_step = match (target_step, itl) {
+            (Some(t), Some(i)) => Some(t.min(i)),
+            (t, i) => t.or(i),
+        };
         let mut base = match target_step {
             Some(target) => self.cost.budget(
                 target,

@@ -50,10 +50,15 @@ impl<B: Backend> Owner<B> {
                 }
             };
             match cmd {
-                Command::Submit(sub) => self.queue.waiting.push_back(Waiting {
-                    sub: *sub,
-                    enqueued: Instant::now(),
-                }),
+                Command::Submit(sub) => {
+                    self.activate(&sub.req.tenancy);
+                    self.next_order += 1;
+                    self.queue.waiting.push_back(Waiting {
+                        sub: *sub,
+                        enqueued: Instant::now(),
+                        order: self.next_order,
+                    });
+                }
                 Command::Cancel(id) => self.cancel_by_id(&id),
                 Command::CancelAll => self.cancel_all(),
                 Command::Stop => self.queue.closed = true,

@@ -27,6 +27,7 @@ mod intake;
 pub mod kv;
 mod kvpublish;
 pub mod plan;
+mod preempt;
 mod publish;
 mod reap;
 mod retire;
@@ -82,6 +83,8 @@ pub(crate) struct OwnerParts {
 struct Waiting {
     sub: Submission,
     enqueued: Instant,
+    /// Arrival order (ranks break ties by it).
+    order: u64,
 }
 
 pub(crate) struct Owner<B: Backend> {
@@ -114,6 +117,11 @@ pub(crate) struct Owner<B: Backend> {
     /// Loaded LoRA adapters (published).
     adapters: Arc<std::sync::RwLock<Vec<crate::config::AdapterInfo>>>,
     cores: Option<Arc<crate::cores::Cores>>,
+    /// Who goes first: the policy, the fair-share counters, the arrival
+    /// counter (`owner/plan/tenancy.rs`, `owner/preempt.rs`).
+    policy: plan::tenancy::Policy,
+    tenants: plan::tenancy::Counters,
+    next_order: u64,
 }
 
 impl<B: Backend> Owner<B> {
@@ -164,6 +172,13 @@ impl<B: Backend> Owner<B> {
             stats: args.stats,
             adapters: args.adapters,
             cores: args.cores,
+            policy: plan::tenancy::Policy {
+                policy: c.admit.policy,
+                fair_share: c.admit.fair_share,
+                preempt: c.admit.preempt,
+            },
+            tenants: plan::tenancy::Counters::default(),
+            next_order: 0,
             config: c,
         }
     }
@@ -228,7 +243,7 @@ impl<B: Backend> Owner<B> {
     }
 
     fn idle(&self) -> bool {
-        self.seqs.is_empty() && self.queue.waiting.is_empty()
+        self.seqs.is_empty() && self.queue.waiting.is_empty() && self.queue.parked.is_empty()
     }
 }
 

@@ -28,9 +28,13 @@ impl<B: Backend> Owner<B> {
             .iter()
             .filter(|s| s.paused_since.is_some())
             .count();
-        let outboxes = self.seqs.len() + self.queue.draining.len() + self.queue.waiting.len();
+        let outboxes = self.seqs.len()
+            + self.queue.draining.len()
+            + self.queue.waiting.len()
+            + self.queue.parked.len();
         let (cached_cells, cached_entries) = (self.ledger.cached(), self.kv.cache.len());
         let (host_bytes, host_entries) = (self.kv.host.bytes(), self.kv.host.len());
+        let (preempted, preempted_bytes) = (self.queue.parked.len(), self.kv.host.parked);
         let (checkpoints, checkpoint_bytes) = (self.kv.memory.count(), self.kv.memory.bytes());
         let physical = match (self.kv.state_base, self.kv.state_sampled) {
             // Every second while busy (it walks every cell: ~1-4 ms at 64 slots of 512), and always once idle (the loop then
@@ -41,25 +45,7 @@ impl<B: Backend> Owner<B> {
             }
             _ => None,
         };
-        let live: Vec<stats::LiveRequest> = self
-            .queue
-            .waiting
-            .iter()
-            .map(|w| stats::LiveRequest {
-                id: w.sub.req.id.clone(),
-                state: "queued",
-                prompt_tokens: w.sub.req.prompt.len(),
-                prompt_computed: 0,
-                generated: 0,
-                age_ms: w.sub.req.arrival.elapsed().as_secs_f64() * 1e3,
-            })
-            .chain(self.seqs.iter().map(Sequence::live))
-            .chain(self.queue.draining.iter().map(|d| stats::LiveRequest {
-                id: d.id.clone(),
-                state: "retiring",
-                ..Default::default()
-            }))
-            .collect();
+        let live = self.live_requests();
         if let Some((run, wait)) = self.lora_names() {
             self.stats.send_if_modified(|s| {
                 let changed = s.lora_running != run || s.lora_waiting != wait;
@@ -80,6 +66,7 @@ impl<B: Backend> Owner<B> {
                 s.kv_cells_cached,
                 s.prefix_host_bytes,
                 s.checkpoint_bytes,
+                s.preempted_bytes,
             );
             s.running = running;
             s.prefilling = prefilling;
@@ -96,6 +83,8 @@ impl<B: Backend> Owner<B> {
             s.prefix_host_entries = host_entries;
             s.checkpoints = checkpoints;
             s.checkpoint_bytes = checkpoint_bytes;
+            s.preempted = preempted;
+            s.preempted_bytes = preempted_bytes;
             if let Some(p) = physical {
                 s.kv_bytes_physical = p;
             }
@@ -123,7 +112,31 @@ impl<B: Backend> Owner<B> {
                         cached_cells,
                         host_bytes,
                         checkpoint_bytes,
+                        preempted_bytes,
                     )
         });
+    }
+
+    /// Every request the owner holds, by state (for `/debug` and the dashboard).
+    fn live_requests(&self) -> Vec<stats::LiveRequest> {
+        self.queue
+            .waiting
+            .iter()
+            .map(|w| stats::LiveRequest {
+                id: w.sub.req.id.clone(),
+                state: "queued",
+                prompt_tokens: w.sub.req.prompt.len(),
+                prompt_computed: 0,
+                generated: 0,
+                age_ms: w.sub.req.arrival.elapsed().as_secs_f64() * 1e3,
+            })
+            .chain(self.seqs.iter().map(Sequence::live))
+            .chain(self.queue.parked.iter().map(|p| p.live()))
+            .chain(self.queue.draining.iter().map(|d| stats::LiveRequest {
+                id: d.id.clone(),
+                state: "retiring",
+                ..Default::default()
+            }))
+            .collect()
     }
 }

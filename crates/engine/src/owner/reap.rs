@@ -57,6 +57,9 @@ impl<B: Backend> Owner<B> {
         while let Some(seq) = self.seqs.pop() {
             self.retire(seq, Some(Outcome::Failed(GenerationError::Shutdown)));
         }
+        while !self.queue.parked.is_empty() {
+            self.end_parked(0, Some(GenerationError::Shutdown), None);
+        }
     }
 
     /// Explicit cancel: idempotent; unknown or retired IDs are ignored.
@@ -76,6 +79,8 @@ impl<B: Backend> Owner<B> {
             let state = seq.cancel_state();
             self.retire(seq, Some(Outcome::Failed(GenerationError::Cancelled)));
             self.record_cancel(id, state, Some(t));
+        } else if let Some(i) = self.queue.parked.iter().position(|p| p.seq.id == id) {
+            self.end_parked(i, Some(GenerationError::Cancelled), Some(t));
         }
     }
 
@@ -167,5 +172,6 @@ impl<B: Backend> Owner<B> {
                 }
             }
         }
+        self.reap_parked();
     }
 }

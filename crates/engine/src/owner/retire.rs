@@ -56,7 +56,7 @@ impl<B: Backend> Owner<B> {
     /// The one place an admitted sequence ends: clear its slot's KV cells
     /// (the step that used them has completed), return the slot, drop the
     /// permit (releasing its reservation), queue its terminal event.
-    pub(super) fn retire(&mut self, mut seq: Sequence, outcome: Option<Outcome>) {
+    pub(super) fn retire(&mut self, seq: Sequence, outcome: Option<Outcome>) {
         // Finished or cancelled between steps, the slot's cells are sound:
         // the prefix cache keeps them. A failed step's cells are not.
         let sound = !matches!(outcome, Some(Outcome::Failed(_)));
@@ -76,6 +76,12 @@ impl<B: Backend> Owner<B> {
                 last_used: self.next_key,
             });
         }
+        self.tell(seq, outcome);
+    }
+
+    /// A sequence off its slot ends: its counters, its terminal events
+    /// (none when cancelled: nobody to tell).
+    pub(super) fn tell(&mut self, mut seq: Sequence, outcome: Option<Outcome>) {
         if let Some((ns, steps)) = seq.constraint_cost() {
             self.stats.send_modify(|s| {
                 s.constraint_ns_total += ns;
@@ -110,6 +116,9 @@ impl<B: Backend> Owner<B> {
         self.queue.draining.retain_mut(flush);
         for seq in &mut self.seqs {
             seq.flush_text();
+        }
+        for p in &mut self.queue.parked {
+            p.seq.flush_text();
         }
     }
 

@@ -56,6 +56,10 @@ pub(super) struct Sequence {
     /// Prompt tokens taken from the prefix cache (not computed here).
     pub reused: usize,
     pending: Option<TokenId>,
+    /// Preempted without room to save its state: generated tokens whose
+    /// cells are recomputed so far (None: every decoded token's cells are
+    /// in the slot). Decoding resumes when the prompt and all of them are.
+    replay: Option<usize>,
     generated: u32,
     output: Vec<TokenId>,
     max_tokens: u32,
@@ -84,8 +88,12 @@ pub(super) struct Sequence {
     /// Sampled on the device (the runtime argmaxes inside the step): set at
     /// admission when the request is plain greedy and the engine allows it.
     pub device: bool,
-    /// KV reservation; released when the sequence is dropped.
-    permit: Permit,
+    /// KV reservation; released when the sequence is dropped or preempted
+    /// (None while parked: `owner/preempt.rs`).
+    permit: Option<Permit>,
+    /// Whom it runs for and how it ranks; its arrival order.
+    pub tenancy: crate::request::Tenancy,
+    pub order: u64,
     arrival: Instant,
     tokenized: Instant,
     admitted: Instant,
@@ -110,6 +118,7 @@ impl Sequence {
         limits: SeqLimits,
         permit: Permit,
         reused: usize,
+        order: u64,
     ) -> Self {
         let r = sub.req;
         let ctx_limit = limits.ctx_limit;
@@ -129,6 +138,7 @@ impl Sequence {
             computed: reused,
             reused,
             pending: None,
+            replay: None,
             generated: 0,
             output: Vec::new(),
             max_tokens: r.max_tokens,
@@ -146,7 +156,9 @@ impl Sequence {
             unsent_tokens: 0,
             outcome: None,
             device: false,
-            permit,
+            permit: Some(permit),
+            tenancy: r.tenancy,
+            order,
             arrival: r.arrival,
             tokenized: r.tokenized,
             admitted: Instant::now(),
@@ -202,11 +214,11 @@ impl Sequence {
     pub fn view(&self) -> SeqView {
         SeqView {
             key: self.key,
-            prompt_len: self.prompt.len(),
-            computed: self.computed,
-            decoding: self.pending.is_some() && !self.lagging(),
+            prompt_len: self.prompt.len() + self.replay.map_or(0, |_| self.decoded()),
+            computed: self.computed + self.replay.unwrap_or(0),
+            decoding: self.is_decoding() && !self.lagging(),
             // A padded chunk could start inside a media span.
-            can_pad: self.prompt_lp.is_none() && self.media.is_empty(),
+            can_pad: self.prompt_lp.is_none() && self.media.is_empty() && self.replay.is_none(),
             span: self
                 .media
                 .iter()
@@ -264,7 +276,27 @@ impl Sequence {
     }
 
     pub fn is_decoding(&self) -> bool {
-        self.pending.is_some()
+        self.pending.is_some() && self.replay.is_none()
+    }
+
+    /// Preempted with no room for its state: every cell is computed again
+    /// (the prompt by chunks, then the tokens it generated), and decoding
+    /// resumes from the pending token. Returns the cells to recompute.
+    pub fn recompute(&mut self) -> usize {
+        let cells = self.kv_len();
+        self.computed = 0;
+        if self.pending.is_some() {
+            self.replay = Some(0);
+        }
+        cells
+    }
+
+    /// The token at cell position `i` (the prompt, then the output).
+    pub fn token_at(&self, i: usize) -> TokenId {
+        match i.checked_sub(self.prompt.len()) {
+            None => self.prompt[i],
+            Some(j) => self.output[j],
+        }
     }
 
     /// Tokens stored in the slot's KV cells.
@@ -277,9 +309,10 @@ impl Sequence {
         self.pending
     }
 
-    /// Prompt tokens still to compute.
+    /// Prompt tokens (and replayed cells) still to compute.
     pub fn prompt_left(&self) -> usize {
         self.prompt.len() - self.computed
+            + self.replay.map_or(0, |r| self.decoded().saturating_sub(r))
     }
 
     /// The prompt tokens in the slot's KV cells.
@@ -296,15 +329,40 @@ impl Sequence {
     /// Cells in the slot, positions 0.. (what the prefix cache keeps when
     /// the sequence ends).
     pub fn kv_len(&self) -> usize {
-        self.computed + self.decoded()
+        self.computed + self.replay.unwrap_or_else(|| self.decoded())
     }
 
-    /// Every token in the slot's KV cells (tests check the cell map by it).
-    #[cfg(test)]
+    /// Every token in the slot's KV cells.
     pub fn kv_tokens(&self) -> Vec<TokenId> {
-        let mut t = self.prompt[..self.computed].to_vec();
-        t.extend_from_slice(&self.output[..self.decoded()]);
-        t
+        (0..self.kv_len()).map(|i| self.token_at(i)).collect()
+    }
+
+    fn consume(&mut self, n: u64) {
+        if let Some(p) = self.permit.as_mut() {
+            p.consume(n);
+        }
+    }
+
+    fn unconsume(&mut self, n: u64) {
+        if let Some(p) = self.permit.as_mut() {
+            p.unconsume(n);
+        }
+    }
+
+    /// Preempted: the reservation is released; returns what it still held.
+    pub fn release_permit(&mut self) -> u64 {
+        self.permit.take().map_or(0, |p| p.reserved())
+    }
+
+    /// Resumed in `slot` under a new reservation.
+    pub fn resume(&mut self, slot: usize, permit: Permit) {
+        self.slot = slot;
+        self.permit = Some(permit);
+    }
+
+    /// The speculation mode it runs (a draft model's slot cannot move).
+    pub fn spec_mode(&self) -> Option<SpecMode> {
+        self.spec.as_ref().map(|s| s.mode)
     }
 
     pub fn push_decode(&mut self, rt: &mut impl Backend) -> Result<usize, StepError> {
@@ -318,17 +376,18 @@ impl Sequence {
         for (i, &d) in self.drafts.iter().enumerate() {
             rt.push(d, pos + 1 + i as u32, self.slot, true)?;
         }
-        self.permit.consume(1 + self.drafts.len() as u64);
+        self.consume(1 + self.drafts.len() as u64);
         Ok(row)
     }
 
     /// Push a prompt chunk; says which rows will carry logits.
     pub fn push_chunk(&mut self, rt: &mut impl Backend, c: &Chunk) -> Result<ChunkRows, StepError> {
-        if c.start < self.computed {
+        if c.start < self.kv_len() {
             // A padded tail (`scheduler::pad_tails`): recompute these cells.
             rt.truncate_slot(self.slot, c.start as u32);
         }
-        let last = c.completes(self.prompt.len());
+        let view = self.view();
+        let last = c.completes(view.prompt_len);
         let all = self.prompt_lp.is_some();
         let mut rows = ChunkRows {
             all_from: None,
@@ -349,11 +408,12 @@ impl Sequence {
         }
         for i in c.start..c.start + c.len {
             let is_last = last && i + 1 == c.start + c.len;
-            let idx = rt.push(self.prompt[i], i as u32, self.slot, all || is_last)?;
+            let idx = rt.push(self.token_at(i), i as u32, self.slot, all || is_last)?;
             if all && i == c.start {
                 rows.all_from = Some(idx);
             }
-            if is_last && self.max_tokens > 0 {
+            // (A replay ends with its pending token already sampled.)
+            if is_last && self.max_tokens > 0 && self.pending.is_none() {
                 rows.sample = Some(idx);
             }
         }
@@ -379,21 +439,34 @@ impl Sequence {
     /// push) must be computed again. Reservations go back accordingly.
     pub fn undo_step(&mut self, chunk_start: Option<usize>, decoded: bool) {
         if decoded {
-            self.permit.unconsume(1 + self.drafts.len() as u64);
+            self.unconsume(1 + self.drafts.len() as u64);
         }
         self.drafts.clear();
-        if let Some(start) = chunk_start.filter(|&s| s < self.computed) {
-            self.permit.unconsume((self.computed - start) as u64);
-            self.computed = start;
+        if let Some(start) = chunk_start.filter(|&s| s < self.kv_len()) {
+            self.unconsume((self.kv_len() - start) as u64);
+            self.computed = start.min(self.prompt.len());
+            // A chunk of a sequence with a sampled token was a replay.
+            if self.pending.is_some() {
+                self.replay = Some(start - self.computed);
+            }
         }
     }
 
     pub fn chunk_done(&mut self, c: &Chunk) {
         // Only cells new to the slot move from reserved to used (a padded
         // tail recomputes some it already had).
-        let new = (c.start + c.len).saturating_sub(self.computed);
-        self.computed = c.start + c.len;
-        self.permit.consume(new as u64);
+        let end = c.start + c.len;
+        let new = end.saturating_sub(self.kv_len());
+        self.consume(new as u64);
+        if let Some(r) = self.replay.as_mut() {
+            self.computed = end.min(self.prompt.len());
+            *r = end - self.computed;
+            if *r == self.decoded() {
+                self.replay = None;
+            }
+            return;
+        }
+        self.computed = end;
         if self.computed == self.prompt.len() {
             self.prefill_done = Some(Instant::now());
             if self.max_tokens == 0 {
@@ -538,7 +611,7 @@ impl Sequence {
         // token and the accepted drafts.
         let pushed = 1 + k as u64;
         let kept = (self.step_emitted as u64).min(pushed);
-        self.permit.unconsume(pushed - kept);
+        self.unconsume(pushed - kept);
         self.drafts.clear();
         Some(self.kv_len())
     }

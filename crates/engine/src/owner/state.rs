@@ -32,6 +32,9 @@ pub(crate) struct Queue {
     /// The inbox closed (every handle dropped, or `Stop`).
     pub closed: bool,
     pub waiting: VecDeque<Waiting>,
+    /// Sequences preempted off their slots, waiting to resume
+    /// (`owner/preempt.rs`).
+    pub parked: Vec<crate::owner::preempt::Parked>,
     /// Requests submitted and not yet admitted or dropped (shared with the
     /// handle, which refuses submissions past `max_waiting`).
     pub queued: Arc<AtomicUsize>,
@@ -44,6 +47,7 @@ impl Queue {
             inbox,
             closed: false,
             waiting: VecDeque::new(),
+            parked: Vec::new(),
             queued,
             draining: Vec::new(),
         }
@@ -112,10 +116,12 @@ impl KvState {
         } else {
             0
         };
+        let mut host = HostTier::new(host_bytes, c.admit.prefix_host_min);
+        host.park_budget = c.admit.prefix_host_bytes;
         KvState {
             free_slots: (0..c.admit.max_seqs).collect(),
             cache,
-            host: HostTier::new(host_bytes, c.admit.prefix_host_min),
+            host,
             cells,
             memory: SlotMemory::new(kind, c.admit.max_seqs, c.admit.checkpoint_bytes),
             pinned: Vec::new(),

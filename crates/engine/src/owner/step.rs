@@ -77,6 +77,7 @@ impl<B: Backend> Owner<B> {
         self.rt.wait();
         let done = Instant::now();
         let emitted = self.emit(&plan, &built);
+        self.charge(&plan);
         let end = Instant::now();
         let times = Times {
             plan: ms(t_plan, t_build),
@@ -114,6 +115,7 @@ impl<B: Backend> Owner<B> {
             v.can_pad &= self.kv.memory.kind == MemoryKind::Attention;
             views.push(v);
         }
+        self.step_order(&mut views);
         let mut plan = scheduler::plan(&views, &self.limits);
         scheduler::pad_tails(&mut plan, &views);
         scheduler::align_chunks(&mut plan, &views, self.config.step.chunk_align);
@@ -197,8 +199,10 @@ impl<B: Backend> Owner<B> {
         for c in &plan.chunks {
             if let Some(seq) = self.seqs.iter_mut().find(|s| s.key == c.key) {
                 self.kv.cells.truncate(seq.slot, c.start);
-                let run = &seq.prompt[c.start..c.start + c.len];
-                self.kv.cells.extend(seq.slot, pkey, run, tick);
+                let run: Vec<TokenId> = (c.start..c.start + c.len)
+                    .map(|i| seq.token_at(i))
+                    .collect();
+                self.kv.cells.extend(seq.slot, pkey, &run, tick);
                 seq.chunk_done(c);
             }
         }

@@ -30,6 +30,11 @@ pub(crate) struct HostTier {
     entries: Vec<Spilled>,
     /// Most bytes held (0: the tier is off).
     pub budget: u64,
+    /// Bytes of preempted sequences' state (`owner/preempt.rs`), held in
+    /// the same budget before any cache entry (and kept even with the
+    /// prefix cache off: `park_budget`).
+    pub parked: u64,
+    pub park_budget: u64,
     /// Shortest prefix worth saving or restoring, tokens.
     pub min_tokens: usize,
 }
@@ -39,8 +44,38 @@ impl HostTier {
         HostTier {
             entries: Vec::new(),
             budget,
+            parked: 0,
+            park_budget: budget,
             min_tokens: min_tokens.max(1),
         }
+    }
+
+    /// Room for a preempted sequence's `size` bytes, evicting cache
+    /// entries (least recently used first) as needed; false when even an
+    /// empty tier cannot hold them (the sequence is then recomputed).
+    pub fn make_room(&mut self, size: u64) -> bool {
+        if self.parked + size > self.park_budget {
+            return false;
+        }
+        while self.bytes() + self.parked + size > self.park_budget {
+            let Some(i) = self.lru() else { break };
+            self.entries.swap_remove(i);
+        }
+        self.parked += size;
+        true
+    }
+
+    /// A preempted sequence's bytes leave (resumed or ended).
+    pub fn unpark(&mut self, size: u64) {
+        self.parked = self.parked.saturating_sub(size);
+    }
+
+    fn lru(&self) -> Option<usize> {
+        self.entries
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, x)| x.last_used)
+            .map(|(i, _)| i)
     }
 
     pub fn enabled(&self) -> bool {
@@ -75,14 +110,11 @@ impl HostTier {
         self.entries
             .retain(|x| !(x.key == e.key && e.tokens.starts_with(&x.tokens)));
         let mut evicted = 0;
-        while self.bytes() + size > self.budget {
-            let Some(i) = self
-                .entries
-                .iter()
-                .enumerate()
-                .min_by_key(|(_, x)| x.last_used)
-                .map(|(i, _)| i)
-            else {
+        if self.parked + size > self.budget {
+            return 0;
+        }
+        while self.bytes() + self.parked + size > self.budget {
+            let Some(i) = self.lru() else {
                 break;
             };
             self.entries.swap_remove(i);

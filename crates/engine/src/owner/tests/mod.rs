@@ -715,3 +715,4 @@ mod memory;
 mod adapters;
 mod media;
 mod speculate;
+mod tenancy;
