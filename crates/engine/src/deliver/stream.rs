@@ -73,6 +73,12 @@ pub struct Finished {
     /// accepted (0, 0 without speculation).
     pub draft_tokens: u64,
     pub draft_accepted: u64,
+    /// Steps the owner ran from when the request reached it to its first
+    /// token, that step included (0: no token). A count, not a time: tests
+    /// of who goes first assert on it.
+    pub wait_steps: u64,
+    /// Times it was preempted (moved off its slot and resumed).
+    pub preemptions: u32,
 }
 
 #[derive(Debug, Clone, thiserror::Error, PartialEq)]

@@ -57,6 +57,7 @@ impl<B: Backend> Owner<B> {
                         sub: *sub,
                         enqueued: Instant::now(),
                         order: self.next_order,
+                        step: self.clock.steps,
                     });
                 }
                 Command::Cancel(id) => self.cancel_by_id(&id),

@@ -85,6 +85,8 @@ struct Waiting {
     enqueued: Instant,
     /// Arrival order (ranks break ties by it).
     order: u64,
+    /// The owner's step count when it arrived.
+    step: u64,
 }
 
 pub(crate) struct Owner<B: Backend> {

@@ -190,6 +190,7 @@ impl<B: Backend> Owner<B> {
             .filter(|d| self.kv.host.make_room(d.len() as u64));
         let mut seq = self.seqs.remove(i);
         let mut growth = seq.release_permit();
+        seq.preemptions += 1;
         if data.is_none() {
             growth += seq.recompute() as u64;
         }

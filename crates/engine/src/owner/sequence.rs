@@ -94,6 +94,10 @@ pub(super) struct Sequence {
     /// Whom it runs for and how it ranks; its arrival order.
     pub tenancy: crate::request::Tenancy,
     pub order: u64,
+    /// The owner's step count at arrival, and at its first token.
+    pub arrival_step: u64,
+    pub first_step: Option<u64>,
+    pub preemptions: u32,
     arrival: Instant,
     tokenized: Instant,
     admitted: Instant,
@@ -159,6 +163,9 @@ impl Sequence {
             permit: Some(permit),
             tenancy: r.tenancy,
             order,
+            arrival_step: 0,
+            first_step: None,
+            preemptions: 0,
             arrival: r.arrival,
             tokenized: r.tokenized,
             admitted: Instant::now(),
@@ -358,6 +365,13 @@ impl Sequence {
     pub fn resume(&mut self, slot: usize, permit: Permit) {
         self.slot = slot;
         self.permit = Some(permit);
+    }
+
+    /// Its first token came in this step (`steps`: the owner's count).
+    pub fn mark_first(&mut self, steps: u64) {
+        if self.first_step.is_none() && self.first_token.is_some() {
+            self.first_step = Some(steps);
+        }
     }
 
     /// The speculation mode it runs (a draft model's slot cannot move).
@@ -702,6 +716,10 @@ impl Sequence {
             output_tokens: std::mem::take(&mut self.output),
             prompt_logprobs: self.prompt_lp.take(),
             device_sampled: self.device,
+            wait_steps: self
+                .first_step
+                .map_or(0, |f| f.saturating_sub(self.arrival_step)),
+            preemptions: self.preemptions,
             draft_tokens: self.spec_counts().0,
             draft_accepted: self.spec_counts().1,
             constraint_ms: self

@@ -155,6 +155,8 @@ impl<B: Backend> Default for SpecState<B> {
 /// The step clock: what the one publish per iteration reports.
 #[derive(Default)]
 pub(crate) struct Clock {
+    /// Steps run (a request's `wait_steps` counts them).
+    pub steps: u64,
     /// Duration and tokens of this iteration's step, for the one publish.
     pub last_step: Option<(f64, usize)>,
     /// When the last step's outputs were handled, if the loop has gone

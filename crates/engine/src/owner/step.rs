@@ -77,6 +77,10 @@ impl<B: Backend> Owner<B> {
         self.rt.wait();
         let done = Instant::now();
         let emitted = self.emit(&plan, &built);
+        self.clock.steps += 1;
+        for s in &mut self.seqs {
+            s.mark_first(self.clock.steps);
+        }
         self.charge(&plan);
         let end = Instant::now();
         let times = Times {

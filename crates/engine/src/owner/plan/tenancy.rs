@@ -9,7 +9,7 @@
 //! key name) has a counter that grows by the tokens computed for it (prompt
 //! and generated alike) divided by its weight; the waiting request of the
 //! tenant with the lowest counter is admitted first. A tenant that becomes
-//! active (nothing waiting, parked or running before) has its counter lifted
+//! active (nothing waiting, parked or running before) has its counter set
 //! to the lowest counter among active tenants, so credit is never banked
 //! while idle and a newcomer is never starved by a tenant busy for an hour
 //! (it starts level with the least-served active tenant). The paper's
@@ -89,8 +89,13 @@ impl Counters {
         self.served.get(tenant).copied().unwrap_or(0)
     }
 
-    /// `tenant` becomes active while the tenants in `active` are: lift its
-    /// counter to their lowest (none active: it keeps its own).
+    /// `tenant` becomes active while the tenants in `active` are: its
+    /// counter starts at their lowest (none active: it keeps its own).
+    /// VTC lifts only (`max`); here an idle period also forgives what the
+    /// tenant was served before it, so a key that sends one request at a
+    /// time always starts level with the least-served active tenant (with
+    /// `max`, a one-stream key whose last request cost more tokens than a
+    /// busy key's per-slot share waited behind it).
     pub fn activate<'a>(&mut self, tenant: &Arc<str>, active: impl Iterator<Item = &'a str>) {
         let floor = active.map(|t| self.get(t)).min_by(|a, b| a.total_cmp(b));
         if !self.by_tenant.contains_key(tenant) && self.by_tenant.len() >= MAX_TENANTS {
@@ -107,7 +112,7 @@ impl Counters {
         }
         let c = self.by_tenant.entry(tenant.clone()).or_insert(0.0);
         if let Some(f) = floor {
-            *c = c.max(f);
+            *c = f;
         }
     }
 
@@ -296,13 +301,13 @@ mod tests {
         let n = Arc::from("n");
         c.activate(&n, ["a", "b"].into_iter());
         assert_eq!(c.get("n"), 100.0);
-        // A returning tenant never keeps credit below the active floor,
-        // nor loses what it is above it.
+        // A returning tenant starts level with the active floor, from
+        // below it or above it.
         c.activate(&b.tenant, ["a"].into_iter());
         assert_eq!(c.get("b"), 1000.0);
-        c.charge(&b, 4000);
+        c.charge(&b, 8000);
         c.activate(&b.tenant, ["a"].into_iter());
-        assert_eq!(c.get("b"), 2000.0);
+        assert_eq!(c.get("b"), 1000.0);
     }
 
     #[test]
