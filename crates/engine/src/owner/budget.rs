@@ -69,6 +69,23 @@ impl<B: Backend> Owner<B> {
         if base < eff && base * 2 >= eff && configured >= eff {
             base = eff;
         }
+        // The TTFT target binds where the short prompts need more than the
+        // ITL target leaves them to finish in time (`scheduler::ttft_need`).
+        if let (Some(ttft), Some(step)) = (self.config.step.ttft_target_ms, target_step) {
+            let now = Instant::now();
+            let short: Vec<(usize, f64)> = self
+                .seqs
+                .iter()
+                .filter(|s| !s.is_decoding() && s.prompt_left() > 0)
+                .filter(|s| s.prompt.len() <= self.config.step.expedite_max_tokens)
+                .map(|s| {
+                    let waited = now.saturating_duration_since(s.arrival());
+                    (s.prompt_left(), waited.as_secs_f64() * 1e3)
+                })
+                .collect();
+            let need = scheduler::ttft_need(&short, ttft, step);
+            base = base.max(need.min(configured));
+        }
         self.limits.expedite.clear();
         self.limits.prompt_budget = base;
         let Some(ttft) = self.config.step.ttft_target_ms else {

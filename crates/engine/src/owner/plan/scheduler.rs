@@ -279,6 +279,25 @@ pub fn overdue(
     (picked.into_iter().map(|p| p.0).collect(), tokens)
 }
 
+/// The TTFT target's claim on a step when nothing is overdue yet: the
+/// prompt tokens per step that let every short prompt finish by its target
+/// if each is spread evenly over the steps it has left (`(tokens left, ms
+/// waited)` each; a step lasts about `step_ms`; a prompt past or at its
+/// last step needs all it has left). The step's budget is the larger of
+/// this and the inter-token latency target's: whichever binds.
+pub fn ttft_need(prompts: &[(usize, f64)], ttft_ms: f64, step_ms: f64) -> usize {
+    if step_ms <= 0.0 {
+        return 0;
+    }
+    prompts
+        .iter()
+        .map(|&(left, waited)| {
+            let steps = ((ttft_ms - waited) / step_ms).floor().max(1.0);
+            (left as f64 / steps).ceil() as usize
+        })
+        .sum()
+}
+
 /// Passes over the weights llama.cpp makes for one batch with per-slot KV
 /// streams (`split_equal`, sequential): each ubatch is a run of consecutive
 /// slot ids (in batch order, which is slot order here) taking the same
@@ -663,5 +682,16 @@ mod tests {
         );
         fit(&mut plan, &seqs, 2);
         assert!(plan.chunks.is_empty() && plan.decode.len() == 2);
+    }
+
+    #[test]
+    fn ttft_need_spreads_each_prompt_over_its_steps_left() {
+        // 128 tokens, 500 ms target, 50 ms steps, just arrived: 10 steps.
+        assert_eq!(ttft_need(&[(128, 0.0)], 500.0, 50.0), 13);
+        // Half-way: 5 steps left; at or past the target: everything.
+        assert_eq!(ttft_need(&[(100, 250.0)], 500.0, 50.0), 20);
+        assert_eq!(ttft_need(&[(100, 480.0), (30, 900.0)], 500.0, 50.0), 130);
+        assert_eq!(ttft_need(&[], 500.0, 50.0), 0);
+        assert_eq!(ttft_need(&[(10, 0.0)], 500.0, 0.0), 0);
     }
 }
