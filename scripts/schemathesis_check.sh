@@ -67,8 +67,10 @@ run() {
   shift
   port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
   log="$out/server-$name.log"
+  # The Batch API's files and jobs: a fresh directory of this run's.
+  rm -rf "$out/state-$name"
   ./target/release/steward serve --host 127.0.0.1 --port "$port" --threads 1 --max-seqs 4 --ctx-per-seq 256 \
-    --max-tokens-limit 16 --max-n 2 "${serve[@]}" >"$log" 2>&1 &
+    --max-tokens-limit 16 --max-n 2 --state-dir "$out/state-$name" "${serve[@]}" >"$log" 2>&1 &
   pid=$!
   for _ in $(seq 1 300); do
     curl -sf "http://127.0.0.1:$port/ready" >/dev/null 2>&1 && break

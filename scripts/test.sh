@@ -5,7 +5,8 @@
 # (scripts/template-oracle.sh; tiny GGUFs per template from
 # scripts/gen-template-ggufs.sh; the templates are fetched from PyPI's
 # llama-cpp-python 0.3.36 source package, never kept here), the official
-# OpenAI, Anthropic Python clients against a live server, access (TLS, keys,
+# OpenAI, Anthropic Python clients against a live server, the Batch API
+# through the OpenAI client (a kill mid-batch), access (TLS, keys,
 # rate limits), two replicas behind the vLLM Router, KV events, one model over
 # RPC workers, the web pages in Chromium, schemathesis against /openapi.json,
 # and every fuzz target briefly (FUZZ_SECONDS each, default 6). Fetches the
@@ -25,8 +26,9 @@
 #           --workspace: unit, real-model and in-process HTTP tests).
 #   http    engine, then every check against a live `steward serve`: the
 #           prefix-cache replay (swa-check.py), the OpenAI and Anthropic
-#           clients, access, the vLLM Router, KV events, RPC workers, the web
-#           pages in Chromium, schemathesis.
+#           clients, the Batch API (batch_check.py), access, the vLLM
+#           Router, KV events, RPC workers, the web pages in Chromium,
+#           schemathesis.
 #   all     http, and the Kubernetes manifests (deploy_check.py), the release
 #           tarball, the container images and pods, the fuzz targets; phases
 #           run in the order above, each tier's inside the next.
@@ -127,6 +129,8 @@ phase "OpenAI Python client against steward serve"
 ./scripts/openai_client_check.sh
 phase "anthropic and openai Python clients: Messages, Responses, embeddings, rerank"
 ./scripts/agent_api_check.sh
+phase "Batch API through the OpenAI Python client: files, batches, a cancel, a SIGKILL mid-batch and a restart (scripts/batch_check.py)"
+target/pyenv/bin/python scripts/batch_check.py target/release/steward
 phase "access: TLS, key file and SIGHUP, rate limits, metrics port (scripts/access_check.py)"
 target/pyenv/bin/python scripts/access_check.py target/release/steward
 phase "two replicas behind the vLLM Router: cache_aware, power_of_two, round_robin, a drain, a kill (scripts/router_check.sh)"

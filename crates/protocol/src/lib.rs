@@ -102,6 +102,11 @@ pub struct SamplingFields {
     /// server's `--speculative`). Output is the same as without it: greedy
     /// gives the same tokens, sampling the same distribution.
     pub speculative: Option<SpeculativeOptions>,
+    /// Extension (vLLM's): the request's priority, an integer; lower runs
+    /// first under `--scheduling-policy priority` (default 0). An API key's
+    /// `priority=` is a floor: the request runs at the larger of the two.
+    #[schema(value_type = Option<i32>)]
+    pub priority: Option<Value>,
 }
 
 /// Speculative decoding options of one request.

@@ -13,6 +13,8 @@
 //!
 //! ```text
 //! app/      the router, its layers, /health, /ready, the pages   (top)
+//! batch/    the Batch API: files and jobs on disk, the runner (lines
+//!           through the router in-process)
 //! ops/      /metrics, /debug/*, dashboard feed, /get_load, KV events, OpenAPI
 //! api/      the handlers per API, and the state they share
 //! deliver/  ④ ⑤ output read back, logprobs, replies whole or SSE
@@ -25,13 +27,15 @@
 
 mod api;
 mod app;
+mod batch;
 mod deliver;
 mod http;
 mod ops;
 mod prepare;
 
 pub use api::state::{AppState, ServerOptions};
-pub use app::{app, metrics_app, serve_forever};
+pub use app::{app, metrics_app, serve_forever, start_batch};
+pub use batch::{BatchArgs, Options as BatchOptions};
 pub use http::conn::bind;
 
 // The module paths this crate has always offered (the binary, tests, fuzz

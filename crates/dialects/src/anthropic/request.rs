@@ -77,6 +77,10 @@ pub fn to_chat(body: &Value) -> Result<Translated, DialectError> {
     if let Some(k) = b.uint("top_k")? {
         chat.insert("top_k".into(), k.into());
     }
+    // Extension (vLLM's `priority`): passed on, checked on the chat path.
+    if let Some(p) = b.get("priority") {
+        chat.insert("priority".into(), p.clone());
+    }
     let stream = b.bool("stream")?.unwrap_or(false);
     if stream {
         chat.insert("stream".into(), true.into());

@@ -279,8 +279,10 @@ fn unsupported_blocks_are_refused_with_their_path() {
 fn sampling_stop_and_stream() {
     let t = ok(req(
         json!({"stop_sequences": ["END", "\n\n"], "temperature": 0.5,
-                          "top_p": 0.9, "top_k": 40, "stream": true}),
+                          "top_p": 0.9, "top_k": 40, "stream": true, "priority": 3}),
     ));
+    // vLLM's `priority` passes through (checked on the chat path).
+    assert_eq!(t.chat["priority"], json!(3));
     assert_eq!(t.chat["stop"], json!(["END", "\n\n"]));
     assert_eq!(
         t.stop_sequences,
@@ -294,6 +296,7 @@ fn sampling_stop_and_stream() {
     assert!(t.stream);
     let t = ok(req(json!({"stop_sequences": [], "stream": false})));
     assert!(t.chat.get("stop").is_none());
+    assert!(t.chat.get("priority").is_none());
     assert!(t.chat.get("stream").is_none() && t.chat.get("stream_options").is_none());
     assert_400(
         &err(req(json!({"stop_sequences": ["a", 1]}))),

@@ -175,6 +175,10 @@ fn sampling(b: &Obj, chat: &mut Map<String, Value>) -> R<Sampling> {
         chat.insert("stream_options".into(), json!({"include_usage": true}));
     }
     let store = b.bool("store")?.unwrap_or(true);
+    // Extension (vLLM's `priority`): passed on, checked on the chat path.
+    if let Some(p) = b.get("priority") {
+        chat.insert("priority".into(), p.clone());
+    }
     Ok(Sampling {
         max_output_tokens,
         temperature,

@@ -270,8 +270,11 @@ fn sampling_stream_store_user() {
         json!({"max_output_tokens": 50, "temperature": 0.2, "top_p": 0.8,
                           "stream": true, "store": false, "user": "u1",
                           "truncation": "auto", "include": ["reasoning.encrypted_content"],
-                          "safety_identifier": "s", "service_tier": "auto"}),
+                          "safety_identifier": "s", "service_tier": "auto",
+                          "priority": "high"}),
     ));
+    // vLLM's `priority` passes through as given (checked on the chat path).
+    assert_eq!(t.chat["priority"], json!("high"));
     assert_eq!(t.chat["max_tokens"], json!(50));
     assert_eq!(t.chat["temperature"], json!(0.2));
     assert_eq!(t.chat["top_p"], json!(0.8));

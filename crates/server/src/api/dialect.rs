@@ -19,7 +19,7 @@ use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::{Extension, Json};
 use serde_json::Value;
 use steward_dialects::{self as d, DialectError, Finish, Out, Piece, Usage};
 
@@ -27,6 +27,7 @@ use super::generate::generate;
 use super::models;
 use super::state::{now_secs, Shared};
 use crate::deliver::shape::{Dialect, DialectStream};
+use crate::http::access::Admitted;
 use crate::http::error::ApiError;
 use crate::prepare::spec::Api;
 use crate::prepare::validate;
@@ -102,7 +103,12 @@ impl Dialect for Anthropic {
     }
 }
 
-pub(crate) async fn messages(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
+pub(crate) async fn messages(
+    State(s): State<Shared>,
+    caller: Option<Extension<Admitted>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let t = match parse(&body).and_then(|v| d::anthropic::to_chat(&v).map_err(api_error)) {
         Ok(t) => t,
         Err(e) => return e.into_response(),
@@ -111,7 +117,8 @@ pub(crate) async fn messages(State(s): State<Shared>, headers: HeaderMap, body: 
     let dialect = Arc::new(Anthropic {
         id: unique_id(&s, "msg"),
     });
-    generate(s, headers, chat, Api::Chat, Some(dialect)).await
+    let caller = caller.map(|c| c.0);
+    generate(s, headers, chat, Api::Chat, Some(dialect), caller).await
 }
 
 /// `POST /v1/messages/count_tokens`: the prompt's tokens as the model's
@@ -262,6 +269,7 @@ fn not_found(id: &str, param: Option<&str>) -> ApiError {
 
 pub(crate) async fn create_response(
     State(s): State<Shared>,
+    caller: Option<Extension<Admitted>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
@@ -295,7 +303,8 @@ pub(crate) async fn create_response(
         t: Arc::new(t),
         store,
     })));
-    generate(s, headers, chat, Api::Chat, Some(dialect)).await
+    let caller = caller.map(|c| c.0);
+    generate(s, headers, chat, Api::Chat, Some(dialect), caller).await
 }
 
 pub(crate) async fn get_response(State(s): State<Shared>, Path(id): Path<String>) -> Response {

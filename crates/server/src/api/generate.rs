@@ -11,11 +11,11 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::{Extension, Json};
 use steward_engine::prepare::ChatTokens;
 use steward_engine::request::MediaSpan;
 use steward_engine::{
-    EngineHandle, Event, GenerateRequest, PrepareError, Preparer, RequestStream, TokenId,
+    EngineHandle, Event, GenerateRequest, PrepareError, Preparer, RequestStream, Tenancy, TokenId,
 };
 
 use super::models;
@@ -23,26 +23,41 @@ use super::state::{now_secs, request_id, Shared};
 use crate::deliver::output::OutputCtx;
 use crate::deliver::reply::{collect, ctx_timeout, sse_response, ReplyCtx};
 use crate::deliver::shape::Dialect;
+use crate::http::access::{self, Admitted};
 use crate::http::counters::HttpMetrics;
 use crate::http::error::ApiError;
+use crate::http::quota::{self, Charge};
 pub(crate) use crate::prepare::spec::Api;
 use crate::prepare::spec::{GenSpec, PromptInput};
 use crate::prepare::{forcing, media, validate};
 
 pub(crate) async fn chat_completions(
     State(s): State<Shared>,
+    caller: Option<Extension<Admitted>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    generate(s, headers, body, Api::Chat, None).await
+    let caller = caller.map(|c| c.0);
+    generate(s, headers, body, Api::Chat, None, caller).await
 }
 
 pub(crate) async fn completions(
     State(s): State<Shared>,
+    caller: Option<Extension<Admitted>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    generate(s, headers, body, Api::Completion, None).await
+    let caller = caller.map(|c| c.0);
+    generate(s, headers, body, Api::Completion, None, caller).await
+}
+
+/// How a request came: its endpoint, the API whose shape it is answered
+/// in (`None`: the endpoint's own), and the key it came with (`None`: the
+/// server has no keys).
+pub(crate) struct Entry {
+    api: Api,
+    dialect: Option<Arc<dyn Dialect>>,
+    caller: Option<Admitted>,
 }
 
 /// Serve a request: a chat or completion body; with a `dialect`, a chat
@@ -53,6 +68,7 @@ pub(crate) async fn generate(
     body: Bytes,
     api: Api,
     dialect: Option<Arc<dyn Dialect>>,
+    caller: Option<Admitted>,
 ) -> Response {
     let arrival = Instant::now();
     let seq = s.next_seq.fetch_add(1, Ordering::Relaxed);
@@ -75,15 +91,12 @@ pub(crate) async fn generate(
         .get()
         .and_then(|r| r.model_of(peek.model()))
         .unwrap_or_default();
-    let fut = answer(
-        s.clone(),
-        id.clone(),
-        seq,
-        body,
-        (api, dialect),
-        arrival,
-        peek,
-    );
+    let entry = Entry {
+        api,
+        dialect,
+        caller,
+    };
+    let fut = answer(s.clone(), id.clone(), seq, body, entry, arrival, peek);
     let mut resp = if waits {
         s.model_metrics(&name).record_status(200);
         models::loading_stream(&s, fut)
@@ -101,7 +114,7 @@ async fn answer(
     id: String,
     seq: u64,
     body: Bytes,
-    api: (Api, Option<Arc<dyn Dialect>>),
+    api: Entry,
     arrival: Instant,
     peek: models::Peek,
 ) -> Response {
@@ -125,7 +138,7 @@ async fn run(
     id: &str,
     seq: u64,
     body: Bytes,
-    api: (Api, Option<Arc<dyn Dialect>>),
+    api: Entry,
     arrival: Instant,
     peek: models::Peek,
 ) -> Result<Response, (ApiError, Option<Arc<HttpMetrics>>)> {
@@ -137,13 +150,18 @@ async fn run(
 }
 
 /// A request on its model: ① validate and prepare (template, tokens,
-/// grammar), ② ③ submit one sequence per choice, ④ ⑤ deliver.
+/// grammar), the key's token quota, ② ③ submit one sequence per choice,
+/// ④ ⑤ deliver.
 async fn generate_on(
     s: &Shared,
     id: &str,
     seq: u64,
     body: Bytes,
-    (api, dialect): (Api, Option<Arc<dyn Dialect>>),
+    Entry {
+        api,
+        dialect,
+        caller,
+    }: Entry,
     arrival: Instant,
     routed: models::Routed,
 ) -> Result<Response, ApiError> {
@@ -151,8 +169,12 @@ async fn generate_on(
     // Everything the body holds has been moved out (a request's media can
     // make it tens of MiB): not held while the request runs.
     drop(body);
-    let p = prepare(s, &mut spec, input, api, &routed.engine, arrival).await?;
+    let mut p = prepare(s, &mut spec, input, api, &routed.engine, arrival).await?;
     let media_tokens = p.media_tokens;
+    // A batch line (`batch::line`) runs in the background.
+    p.plan.tenancy = crate::batch::line::mark(tenancy(caller.as_ref(), spec.priority));
+    // Reserved until the reply ends (the stream's end, for a stream).
+    let charge = reserve(caller.as_ref(), p.prompt.len(), p.plan.max_tokens, spec.n)?;
     let streams = submit(id, api, &spec, p.prompt.clone(), p.plan, &routed, arrival)?;
     let ctx = ReplyCtx {
         id: id.to_string(),
@@ -168,8 +190,55 @@ async fn generate_on(
         output: p.output,
         dialect,
         media_tokens,
+        charge,
     };
     deliver(s, ctx, streams, p.prompt.len() as u32).await
+}
+
+/// Whom a request runs for and how it ranks: its key's name and weight,
+/// the `priority` it asked for under its key's ceiling.
+fn tenancy(caller: Option<&Admitted>, asked: Option<i32>) -> Tenancy {
+    match caller {
+        Some(a) => Tenancy {
+            tenant: a.name.clone(),
+            weight: a.weight,
+            priority: a.priority_for(asked),
+            ..Tenancy::default()
+        },
+        None => Tenancy {
+            priority: access::effective_priority(asked, None),
+            ..Tenancy::default()
+        },
+    }
+}
+
+/// The request's bound (prompt + `max_tokens` × `n`) reserved against its
+/// key's token quota: a 429 naming the quota when it does not fit. The
+/// charge settles to the tokens used when it drops.
+fn reserve(
+    caller: Option<&Admitted>,
+    prompt: usize,
+    max_tokens: u32,
+    n: u32,
+) -> Result<Option<Charge>, ApiError> {
+    let Some(a) = caller else { return Ok(None) };
+    let need = prompt as u64 + u64::from(max_tokens) * u64::from(n);
+    Charge::reserve(
+        a.quota.clone(),
+        Some(a.counters.clone()),
+        need,
+        Instant::now(),
+    )
+    .map(Some)
+    .map_err(|e| quota_refused(&e, &a.name))
+}
+
+fn quota_refused(e: &quota::Exceeded, key: &str) -> ApiError {
+    ApiError {
+        // A bound past the whole quota never fits: no time to wait for.
+        retry_after: e.retry_after,
+        ..ApiError::rate_limited(e.message(key), "rate_limit_exceeded", 1)
+    }
 }
 
 /// The body checked against the limits and the model: a generative model,
@@ -265,6 +334,8 @@ struct Plan {
     deadline: Option<Instant>,
     /// The prompt's media spans (every choice's sequence gets them).
     media: Vec<MediaSpan>,
+    /// Whom the request runs for (every choice).
+    tenancy: Tenancy,
 }
 
 /// Stage ①'s engine side: render and tokenize (the bounded pool),
@@ -342,6 +413,7 @@ async fn prepare(
             constraint,
             deadline,
             media,
+            tenancy: Tenancy::default(),
         },
     })
 }
@@ -477,6 +549,7 @@ fn submit(
             adapters: routed.adapters.clone(),
             speculative: spec.speculative,
             media: plan.media.clone(),
+            tenancy: plan.tenancy.clone(),
         })?);
     }
     Ok(streams)
@@ -497,9 +570,15 @@ async fn deliver(
     let mut firsts = vec![None; streams.len()];
     if let Some(st) = streams.first_mut() {
         firsts[0] = match st.next().await {
-            Some(Event::Admitted) => None,
             Some(Event::Error(e)) => return Err(ApiError::from(e)),
-            other => other,
+            None => None,
+            Some(ev) => {
+                // Admitted: the prompt is computed (and counted) from here.
+                if let Some(c) = &ctx.charge {
+                    c.admitted(prompt_tokens);
+                }
+                (!matches!(ev, Event::Admitted)).then_some(ev)
+            }
         };
     }
     if ctx.spec.stream {
@@ -516,7 +595,7 @@ async fn deliver(
             streams
                 .into_iter()
                 .zip(firsts)
-                .map(|(st, first)| collect(st, first)),
+                .map(|(st, first)| collect(st, first, ctx.charge.as_ref())),
         )
         .await
         .into_iter()
@@ -529,5 +608,31 @@ async fn deliver(
         ctx.metrics
             .observe_first_text(ctx.arrival.elapsed().as_secs_f64());
         Ok(Json(ctx.full_response(results)).into_response())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tenancy_is_the_keys_name_weight_and_floored_priority() {
+        let a = Admitted {
+            name: Arc::from("bob"),
+            rate: None,
+            rate_reset_s: 0.0,
+            priority: 5,
+            weight: 2.0,
+            quota: None,
+            counters: Default::default(),
+        };
+        let t = tenancy(Some(&a), Some(0));
+        assert_eq!((&*t.tenant, t.weight, t.priority), ("bob", 2.0, 5));
+        assert!(!t.background);
+        assert_eq!(tenancy(Some(&a), Some(9)).priority, 9);
+        assert_eq!(tenancy(Some(&a), None).priority, 5);
+        let anon = tenancy(None, Some(-4));
+        assert_eq!((&*anon.tenant, anon.weight, anon.priority), ("", 1.0, -4));
+        assert_eq!(tenancy(None, None).priority, 0);
     }
 }

@@ -48,6 +48,9 @@ pub struct AppState {
     pub(crate) feeds: AtomicUsize,
     /// Media decoding's process-wide bound and the URL client.
     pub(crate) media: crate::prepare::media::MediaCtx,
+    /// The Batch API (`batch::Batches`, typed there: `api/` sits below
+    /// `batch/`), once `start_batch` has opened its state directory.
+    pub(crate) batch: std::sync::OnceLock<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 /// How the HTTP layer treats requests (`steward serve` flags).
@@ -140,6 +143,7 @@ impl AppState {
             next_seq: AtomicU64::new(1),
             feeds: AtomicUsize::new(0),
             media: Default::default(),
+            batch: std::sync::OnceLock::new(),
         })
     }
 }

@@ -1,5 +1,6 @@
 //! Every POST body before its handler: the JSON content type, the size
-//! cap and the read timeout, each refused in the API's error shape.
+//! cap and the read timeout, each refused in the API's error shape (but
+//! `/v1/files`' multipart upload, which the Batch API bounds itself).
 
 use axum::body::Bytes;
 use axum::extract::{Request, State};
@@ -13,7 +14,8 @@ use crate::http::error::ApiError;
 /// `--max-body-bytes` (413), arrived within `--body-timeout-s` (408), all
 /// answered in the API's error shape. The handler gets the whole body.
 pub(crate) async fn read_body(State(s): State<Shared>, req: Request, next: Next) -> Response {
-    if req.method() != axum::http::Method::POST {
+    // An upload to `/v1/files` is multipart, bounded by its handler.
+    if req.method() != axum::http::Method::POST || req.uri().path() == "/v1/files" {
         return next.run(req).await;
     }
     let refuse = |e: ApiError| {

@@ -14,6 +14,7 @@ use axum::Router;
 use super::{auth, body, probes, web};
 use crate::api::state::{AppState, Shared};
 use crate::api::{dialect, embed, generate, introspect, models};
+use crate::batch::api as batch;
 use crate::http::conn;
 use crate::http::error::ApiError;
 use crate::ops::{dashboard, gateway, openapi, routes};
@@ -34,6 +35,13 @@ pub async fn serve_forever(
         std::future::pending(),
     )
     .await
+}
+
+/// Open the Batch API's state directory (`o.dir`) and start its runner,
+/// which sends each batch line through this server's router, as a
+/// client's request goes.
+pub fn start_batch(state: &Shared, o: crate::batch::Options) -> anyhow::Result<()> {
+    crate::batch::start(state, o, app(state.clone()))
 }
 
 /// `--metrics-port`: `/metrics`, `/get_load`, `/health` and `/ready` without a key,
@@ -74,6 +82,15 @@ pub fn app(state: Shared) -> Router {
         .route("/apply-template", post(introspect::apply_template))
         .route("/tokenize", post(introspect::tokenize))
         .route("/detokenize", post(introspect::detokenize))
+        .route("/v1/files", post(batch::upload).get(batch::list_files))
+        .route(
+            "/v1/files/{id}",
+            get(batch::get_file).delete(batch::delete_file),
+        )
+        .route("/v1/files/{id}/content", get(batch::file_content))
+        .route("/v1/batches", post(batch::create).get(batch::list))
+        .route("/v1/batches/{id}", get(batch::get))
+        .route("/v1/batches/{id}/cancel", post(batch::cancel))
         .route("/metrics", get(routes::metrics_text))
         .route("/get_load", get(gateway::get_load))
         .route("/debug/ledger", get(routes::debug_ledger))

@@ -22,6 +22,8 @@ pub(crate) struct ServeArgs {
     pub(crate) access: steward_server::access::AccessArgs,
     #[command(flatten)]
     pub(crate) kv_events: steward_server::kvevents::KvEventArgs,
+    #[command(flatten)]
+    pub(crate) batch: steward_server::BatchArgs,
     /// Name clients use in the `model` field (default: the file's stem).
     #[arg(long)]
     pub(crate) served_model_name: Option<String>,
@@ -81,6 +83,24 @@ pub(crate) struct ServeArgs {
     /// Most overdue prompts finished in one step.
     #[arg(long, default_value_t = 2)]
     pub(crate) expedite_max_seqs: usize,
+    /// Inter-token latency target in ms: with decoders running, a step's
+    /// prompt tokens are sized to keep the step within it. 0: off
+    /// (--target-step-ms alone).
+    #[arg(long, default_value_t = 0.0)]
+    pub(crate) itl_target_ms: f64,
+    /// Which waiting request is admitted first: `fcfs` (arrival order) or
+    /// `priority` (the request's `priority`, lower first, under its API
+    /// key's `priority=` floor; then arrival).
+    #[arg(long, default_value = "fcfs", value_parser = parse_policy)]
+    pub(crate) scheduling_policy: steward_engine::SchedulingPolicy,
+    /// API keys with waiting work share the tokens in proportion to their
+    /// key file `weight=` (default 1).
+    #[arg(long)]
+    pub(crate) fair_share: bool,
+    /// Never move a running request aside (its state to host memory) for a
+    /// better-ranked waiting one; it then waits for a slot.
+    #[arg(long)]
+    pub(crate) no_preempt: bool,
     /// Longest a request may wait for a slot before a 503 (seconds; 0: no limit).
     #[arg(long, default_value_t = 60.0)]
     pub(crate) queue_timeout_s: f64,
@@ -385,6 +405,14 @@ pub(crate) struct MediaArgs {
     /// Longest a media URL's fetch may take, seconds.
     #[arg(long, default_value_t = 10.0)]
     pub(crate) media_url_timeout_s: f64,
+}
+
+fn parse_policy(s: &str) -> Result<steward_engine::SchedulingPolicy, String> {
+    match s {
+        "fcfs" => Ok(steward_engine::SchedulingPolicy::Fcfs),
+        "priority" => Ok(steward_engine::SchedulingPolicy::Priority),
+        _ => Err(format!("`{s}`: expected fcfs or priority")),
+    }
 }
 
 fn parse_spec_mode(s: &str) -> Result<steward_engine::SpecMode, String> {

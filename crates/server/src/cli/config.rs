@@ -97,6 +97,10 @@ fn schedule(c: &mut EngineConfig, a: &ServeArgs, gpu: bool) -> anyhow::Result<()
     c.step.ttft_target_ms = (a.ttft_target_ms > 0.0).then_some(a.ttft_target_ms);
     c.step.expedite_max_tokens = a.expedite_max_tokens;
     c.step.expedite_max_seqs = a.expedite_max_seqs.max(1);
+    c.step.itl_target_ms = (a.itl_target_ms > 0.0).then_some(a.itl_target_ms);
+    c.admit.policy = a.scheduling_policy;
+    c.admit.fair_share = a.fair_share;
+    c.admit.preempt = !a.no_preempt;
     c.admit.queue_timeout = secs(a.queue_timeout_s, "queue-timeout-s")?;
     c.deliver.max_lag_tokens = a.max_lag_tokens.max(1);
     c.deliver.slow_reader = match a.slow_reader.as_str() {

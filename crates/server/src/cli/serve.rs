@@ -74,6 +74,7 @@ pub(crate) fn serve(a: ServeArgs) -> anyhow::Result<()> {
         // Serve at once: /health answers and /ready says "loading" while the
         // model loads and warms up.
         let state = steward_server::AppState::with_options(options);
+        a.batch.options().map(|o| steward_server::start_batch(&state, o)).transpose()?;
         let app = steward_server::app(state.clone());
         tokio::spawn(steward_server::access::reload_on_sighup(keys, tls));
         if let Some(port) = metrics_port {

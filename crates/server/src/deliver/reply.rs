@@ -15,18 +15,23 @@ use super::logprobs;
 use super::output::{self, OutputCtx, Piece};
 use super::shape::{self as dialect, Dialect, DialectStream};
 use crate::http::error::ApiError;
+use crate::http::quota::Charge;
 use crate::prepare::spec::{Api, GenSpec};
 
 /// One choice's whole answer: text, logprobs, and how it ended.
 type Collected = (String, Vec<TokenLogprob>, Finished);
 
+/// One choice's events gathered; its tokens counted into `charge` as they
+/// come (a key's usage and token quota).
 pub(crate) async fn collect(
     mut st: RequestStream,
     first: Option<Event>,
+    charge: Option<&Charge>,
 ) -> Result<Collected, ApiError> {
     let mut text = String::new();
     let mut lps = Vec::new();
     let mut pending = first;
+    let mut seen = 0u32;
     loop {
         let ev = match pending.take() {
             Some(ev) => Some(ev),
@@ -34,12 +39,23 @@ pub(crate) async fn collect(
         };
         match ev {
             Some(Event::Text {
-                text: t, logprobs, ..
+                text: t,
+                logprobs,
+                tokens,
             }) => {
                 text.push_str(&t);
                 lps.extend(logprobs);
+                seen += tokens;
+                if let Some(c) = charge {
+                    c.generated(tokens);
+                }
             }
-            Some(Event::Done(f)) => return Ok((text, lps, f)),
+            Some(Event::Done(f)) => {
+                if let Some(c) = charge {
+                    c.finished(seen, f.completion_tokens);
+                }
+                return Ok((text, lps, f));
+            }
             Some(Event::Error(e)) => return Err(ApiError::from(e)),
             Some(Event::Admitted) => {}
             None => {
@@ -79,6 +95,9 @@ pub(crate) struct ReplyCtx {
     /// Prompt positions that are images and audio (`None`: none of that
     /// kind in the request).
     pub(crate) media_tokens: (Option<u32>, Option<u32>),
+    /// The key's token reservation and usage, settled when the reply
+    /// (and so a stream) ends (`None`: no keys).
+    pub(crate) charge: Option<Charge>,
 }
 
 /// Usage of a whole request: the prompt once, every choice's completion,
@@ -352,6 +371,8 @@ struct ChoiceState {
     held_lps: Vec<TokenLogprob>,
     echo: Option<String>,
     fin: Option<Finished>,
+    /// Completion tokens counted so far.
+    tokens: u32,
 }
 
 impl ReplyCtx {
@@ -545,8 +566,16 @@ impl St {
     fn on_event(&mut self, i: u32, ev: Option<Event>) {
         match ev {
             Some(Event::Admitted) => {}
-            Some(Event::Text { text, logprobs, .. }) => {
+            Some(Event::Text {
+                text,
+                logprobs,
+                tokens,
+            }) => {
                 let c = &mut self.choices[i as usize];
+                c.tokens += tokens;
+                if let Some(ch) = &self.ctx.charge {
+                    ch.generated(tokens);
+                }
                 self.ctx.start_choice(i, c, &mut self.queue);
                 if self.first_text_sent_ms.is_none() {
                     let s = self.ctx.arrival.elapsed().as_secs_f64();
@@ -568,6 +597,9 @@ impl St {
             }
             Some(Event::Done(f)) => {
                 let c = &mut self.choices[i as usize];
+                if let Some(ch) = &self.ctx.charge {
+                    ch.finished(c.tokens, f.completion_tokens);
+                }
                 self.ctx.start_choice(i, c, &mut self.queue);
                 let tail = c.echo.take().unwrap_or_default();
                 self.ctx

@@ -1,16 +1,25 @@
 //! Who may call the API: API keys (`--api-key`, `--api-key-file`, the file
-//! reloaded on SIGHUP), per-key rate limits, and TLS certificates (also
-//! reloaded on SIGHUP). The `auth` middleware (`app/auth.rs`) asks `Keys::check`.
+//! reloaded on SIGHUP), per-key rate limits and token quotas, and TLS
+//! certificates (also reloaded on SIGHUP). The `auth` middleware
+//! (`app/auth.rs`) asks `Keys::check`.
 //!
-//! A key file holds one key per line: `KEY [name=NAME] [rpm=N]`; blank
+//! A key file holds one key per line:
+//! `KEY [name=NAME] [rpm=N] [tpm=N] [tpd=N] [priority=N] [weight=W]`; blank
 //! lines and lines starting with `#` are skipped. `name` labels the key in
-//! logs and metrics (never the secret); `rpm` overrides `--rate-limit-rpm`
-//! for that key (0: unlimited). Keys are looked up by their SHA-256, so the
-//! lookup's time does not depend on how much of a wrong key matches.
+//! logs, metrics and the scheduler's fair share (never the secret); `rpm`
+//! overrides `--rate-limit-rpm` for that key (0: unlimited); `tpm` and
+//! `tpd` cap the tokens (prompt + completion) the key may spend per minute
+//! and per day (0 or absent: unlimited; `quota.rs`); `priority` is the
+//! key's ceiling: its requests run at `max(asked, N)` (lower runs first,
+//! default 0), a request that asks none at N; `weight` is its fair-share
+//! weight (> 0, default 1). `--api-key`'s key is named `api-key` and has
+//! the defaults. Keys are looked up by their SHA-256, so the lookup's time
+//! does not depend on how much of a wrong key matches.
 //!
 //! A reload that fails (unreadable file, bad line) keeps the keys in force
 //! and is logged and counted; a key kept across a reload keeps its rate
-//! bucket, so a SIGHUP does not reset anyone's limit.
+//! bucket and its token windows (the tokens in use stay in use under new
+//! limits), so a SIGHUP does not reset anyone's limit.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -20,6 +29,9 @@ use std::time::Instant;
 
 use sha2::{Digest, Sha256};
 
+use super::quota::TokenQuota;
+use super::usage::{KeyCounters, KeyUsage, Quota};
+
 /// Most keys a file may hold, and its largest size.
 pub const MAX_KEYS: usize = 100_000;
 pub const MAX_KEY_FILE_BYTES: u64 = 16 << 20;
@@ -27,9 +39,9 @@ pub const MAX_KEY_FILE_BYTES: u64 = 16 << 20;
 /// `steward serve` flags for access (flattened into `serve`'s).
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct AccessArgs {
-    /// A file of API keys, one per line: `KEY [name=NAME] [rpm=N]` (`#`
-    /// comments). Reloaded on SIGHUP. With --api-key as well, both are
-    /// accepted.
+    /// A file of API keys, one per line: `KEY [name=NAME] [rpm=N] [tpm=N]
+    /// [tpd=N] [priority=N] [weight=W]` (`#` comments; docs/LIMITS.md).
+    /// Reloaded on SIGHUP. With --api-key as well, both are accepted.
     #[arg(long)]
     pub api_key_file: Option<PathBuf>,
     /// Requests per minute each key may make (a token bucket holding one
@@ -67,9 +79,39 @@ struct Bucket {
 
 #[derive(Debug)]
 struct Key {
+    name: Arc<str>,
+    rpm: u32,
+    priority: i32,
+    weight: f64,
+    bucket: Arc<Mutex<Bucket>>,
+    quota: Arc<TokenQuota>,
+    counters: Arc<KeyCounters>,
+}
+
+/// One line of a key file, read.
+#[derive(Debug, Clone, PartialEq)]
+struct KeySpec {
+    secret: String,
     name: String,
     rpm: u32,
-    bucket: Arc<Mutex<Bucket>>,
+    tpm: u64,
+    tpd: u64,
+    priority: i32,
+    weight: f64,
+}
+
+impl KeySpec {
+    fn new(secret: String, name: String, rpm: u32) -> Self {
+        KeySpec {
+            secret,
+            name,
+            rpm,
+            tpm: 0,
+            tpd: 0,
+            priority: 0,
+            weight: 1.0,
+        }
+    }
 }
 
 /// The keys in force and how each is limited.
@@ -78,6 +120,8 @@ pub struct Keys {
     fixed: Option<String>,
     default_rpm: u32,
     table: RwLock<HashMap<Hash, Key>>,
+    /// Per-key-name counters (`/metrics`).
+    pub usage: KeyUsage,
     pub reloads: AtomicU64,
     pub reload_failures: AtomicU64,
     pub refused: AtomicU64,
@@ -95,12 +139,39 @@ impl std::fmt::Debug for Keys {
     }
 }
 
-/// A request that passed: its key's name and rate state (for headers).
+/// A request that passed: its key's name, rate state (for headers), rank
+/// and token quota. The `auth` middleware puts it in the request's
+/// extensions for the handlers.
 #[derive(Debug, Clone)]
 pub struct Admitted {
-    pub name: String,
+    pub name: Arc<str>,
     /// (limit per minute, requests left now) when the key is limited.
     pub rate: Option<(u32, u32)>,
+    /// Seconds until the requests bucket is full again.
+    pub rate_reset_s: f64,
+    /// The key's priority ceiling (`priority=`; lower runs first).
+    pub priority: i32,
+    /// The key's fair-share weight (`weight=`).
+    pub weight: f64,
+    /// The key's token windows, when it has any (`tpm=`, `tpd=`).
+    pub quota: Option<Arc<TokenQuota>>,
+    pub counters: Arc<KeyCounters>,
+}
+
+impl Admitted {
+    /// The priority a request asking `asked` runs at under this key.
+    pub fn priority_for(&self, asked: Option<i32>) -> i32 {
+        effective_priority(asked, Some(self.priority))
+    }
+}
+
+/// A request's priority: what it asked (0 when it asked none), but never
+/// better (lower) than its key's ceiling; without keys, what it asked.
+pub fn effective_priority(asked: Option<i32>, ceiling: Option<i32>) -> i32 {
+    match ceiling {
+        Some(c) => asked.unwrap_or(c).max(c),
+        None => asked.unwrap_or(0),
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -112,11 +183,7 @@ pub enum Refused {
 }
 
 /// One line of a key file.
-fn parse_line(
-    line: &str,
-    n: usize,
-    default_rpm: u32,
-) -> Result<Option<(String, String, u32)>, String> {
+fn parse_line(line: &str, n: usize, default_rpm: u32) -> Result<Option<KeySpec>, String> {
     let line = line.trim();
     if line.is_empty() || line.starts_with('#') {
         return Ok(None);
@@ -126,19 +193,35 @@ fn parse_line(
     if secret.len() < 8 {
         return Err(format!("line {n}: a key must have at least 8 characters"));
     }
-    let (mut name, mut rpm) = (format!("key{n}"), default_rpm);
+    let mut k = KeySpec::new(secret, format!("key{n}"), default_rpm);
+    fn num<T: std::str::FromStr>(n: usize, field: &str, v: &str, what: &str) -> Result<T, String> {
+        v.parse()
+            .map_err(|_| format!("line {n}: {field} must be {what}, not {v:?}"))
+    }
+    const WHOLE: &str = "a whole number";
     for p in parts {
         match p.split_once('=') {
-            Some(("name", v)) if !v.is_empty() && v.len() <= 64 => name = v.to_string(),
-            Some(("rpm", v)) => {
-                rpm = v
-                    .parse()
-                    .map_err(|_| format!("line {n}: rpm must be a whole number, not {v:?}"))?
+            Some(("name", v)) if !v.is_empty() && v.len() <= 64 => k.name = v.to_string(),
+            Some(("rpm", v)) => k.rpm = num(n, "rpm", v, WHOLE)?,
+            Some(("tpm", v)) => k.tpm = num(n, "tpm", v, WHOLE)?,
+            Some(("tpd", v)) => k.tpd = num(n, "tpd", v, WHOLE)?,
+            Some(("priority", v)) => {
+                k.priority = num(n, "priority", v, "a whole number (i32; lower runs first)")?
             }
-            _ => return Err(format!("line {n}: unknown field {p:?} (name=NAME, rpm=N)")),
+            Some(("weight", v)) => {
+                k.weight = num(n, "weight", v, "a number above 0")?;
+                if !(k.weight.is_finite() && k.weight > 0.0) {
+                    return Err(format!("line {n}: weight must be a number above 0, not {v:?}"));
+                }
+            }
+            _ => {
+                return Err(format!(
+                    "line {n}: unknown field {p:?} (name=NAME, rpm=N, tpm=N, tpd=N, priority=N, weight=W)"
+                ))
+            }
         }
     }
-    Ok(Some((secret, name, rpm)))
+    Ok(Some(k))
 }
 
 impl Keys {
@@ -154,6 +237,7 @@ impl Keys {
             fixed: fixed.filter(|k| !k.is_empty()),
             default_rpm,
             table: RwLock::new(HashMap::new()),
+            usage: KeyUsage::default(),
             reloads: AtomicU64::new(0),
             reload_failures: AtomicU64::new(0),
             refused: AtomicU64::new(0),
@@ -183,25 +267,43 @@ impl Keys {
     }
 
     fn read_table(&self) -> anyhow::Result<HashMap<Hash, Key>> {
-        let mut entries: Vec<(String, String, u32)> = Vec::new();
+        let mut entries: Vec<KeySpec> = Vec::new();
         if let Some(k) = &self.fixed {
-            entries.push((k.clone(), "api-key".into(), self.default_rpm));
+            entries.push(KeySpec::new(k.clone(), "api-key".into(), self.default_rpm));
         }
         if let Some(path) = &self.file {
             entries.extend(read_file(path, self.default_rpm)?);
         }
         let old = self.table.read().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
         let mut table = HashMap::with_capacity(entries.len());
-        for (secret, name, rpm) in entries {
-            let h = hash(&secret);
-            // A key kept across a reload keeps its bucket.
-            let bucket = old.get(&h).map(|k| k.bucket.clone()).unwrap_or_else(|| {
+        for k in entries {
+            let h = hash(&k.secret);
+            // A key kept across a reload keeps its bucket and windows.
+            let kept = old.get(&h);
+            let bucket = kept.map(|o| o.bucket.clone()).unwrap_or_else(|| {
                 Arc::new(Mutex::new(Bucket {
-                    tokens: f64::from(rpm),
-                    at: Instant::now(),
+                    tokens: f64::from(k.rpm),
+                    at: now,
                 }))
             });
-            table.insert(h, Key { name, rpm, bucket });
+            let quota = match kept {
+                Some(o) => {
+                    o.quota.set_limits(k.tpm, k.tpd, now);
+                    o.quota.clone()
+                }
+                None => Arc::new(TokenQuota::new(k.tpm, k.tpd, now)),
+            };
+            let key = Key {
+                counters: self.usage.slot(&k.name),
+                name: Arc::from(k.name),
+                rpm: k.rpm,
+                priority: k.priority,
+                weight: k.weight,
+                bucket,
+                quota,
+            };
+            table.insert(h, key);
         }
         Ok(table)
     }
@@ -233,11 +335,18 @@ impl Keys {
             self.refused.fetch_add(1, Ordering::Relaxed);
             return Err(Refused::Unauthorized);
         };
+        let mut a = Admitted {
+            name: key.name.clone(),
+            rate: None,
+            rate_reset_s: 0.0,
+            priority: key.priority,
+            weight: key.weight,
+            quota: key.quota.limited().then(|| key.quota.clone()),
+            counters: key.counters.clone(),
+        };
         if key.rpm == 0 {
-            return Ok(Some(Admitted {
-                name: key.name.clone(),
-                rate: None,
-            }));
+            key.counters.request();
+            return Ok(Some(a));
         }
         let rpm = f64::from(key.rpm);
         let mut b = key.bucket.lock().unwrap_or_else(|e| e.into_inner());
@@ -246,6 +355,7 @@ impl Keys {
         b.at = now;
         if b.tokens < 1.0 {
             self.limited.fetch_add(1, Ordering::Relaxed);
+            key.counters.limited(Quota::Rpm);
             let wait = ((1.0 - b.tokens) * 60.0 / rpm).ceil() as u32;
             return Err(Refused::Limited {
                 retry_after: wait.max(1),
@@ -253,10 +363,10 @@ impl Keys {
             });
         }
         b.tokens -= 1.0;
-        Ok(Some(Admitted {
-            name: key.name.clone(),
-            rate: Some((key.rpm, b.tokens.floor() as u32)),
-        }))
+        key.counters.request();
+        a.rate = Some((key.rpm, b.tokens.floor() as u32));
+        a.rate_reset_s = (rpm - b.tokens) * 60.0 / rpm;
+        Ok(Some(a))
     }
 
     /// Prometheus text for the key table.
@@ -286,7 +396,7 @@ impl Keys {
     }
 }
 
-fn read_file(path: &Path, default_rpm: u32) -> anyhow::Result<Vec<(String, String, u32)>> {
+fn read_file(path: &Path, default_rpm: u32) -> anyhow::Result<Vec<KeySpec>> {
     use anyhow::Context;
     let size = std::fs::metadata(path)
         .with_context(|| format!("--api-key-file {}", path.display()))?
@@ -418,9 +528,12 @@ mod tests {
         let f = file("# keys\nalpha-key-1 name=alice\n\nbeta-key-22 rpm=2 name=bob\n");
         let k = Keys::new(Some("fixed-key-9".into()), Some(f.path().into()), 0).unwrap();
         assert_eq!(k.len(), 3);
-        assert_eq!(k.check(Some("alpha-key-1")).unwrap().unwrap().name, "alice");
         assert_eq!(
-            k.check(Some("fixed-key-9")).unwrap().unwrap().name,
+            &*k.check(Some("alpha-key-1")).unwrap().unwrap().name,
+            "alice"
+        );
+        assert_eq!(
+            &*k.check(Some("fixed-key-9")).unwrap().unwrap().name,
             "api-key"
         );
         assert_eq!(
@@ -479,6 +592,65 @@ mod tests {
             k.check(Some("anything-at-all")).unwrap_err(),
             Refused::Unauthorized
         );
+    }
+
+    #[test]
+    fn quotas_priorities_and_weights() {
+        let f = file("alpha-key-1 name=alice tpm=1000 tpd=50000 priority=5 weight=2.5\nbeta-key-22 name=bob priority=-3\n");
+        let k = Keys::new(None, Some(f.path().into()), 0).unwrap();
+        let a = k.check(Some("alpha-key-1")).unwrap().unwrap();
+        assert_eq!((a.priority, a.weight), (5, 2.5));
+        // A key's ceiling: asked 0 runs at 5, asked 7 at 7, none at 5.
+        assert_eq!(a.priority_for(Some(0)), 5);
+        assert_eq!(a.priority_for(Some(7)), 7);
+        assert_eq!(a.priority_for(None), 5);
+        let now = Instant::now();
+        let q = a.quota.clone().unwrap();
+        assert_eq!(q.headers(now).unwrap().limit, 1000);
+        q.reserve(400, now).unwrap();
+        let b = k.check(Some("beta-key-22")).unwrap().unwrap();
+        assert!(b.quota.is_none());
+        assert_eq!((b.priority, b.weight), (-3, 1.0));
+        assert_eq!(b.priority_for(Some(-10)), -3);
+        assert_eq!(b.priority_for(Some(i32::MAX)), i32::MAX);
+        // Without keys, a request runs at what it asks.
+        assert_eq!(effective_priority(Some(-10), None), -10);
+        assert_eq!(effective_priority(None, None), 0);
+        // A reload keeps alice's windows (400 in use under a new limit).
+        std::fs::write(f.path(), "alpha-key-1 name=alice tpm=2000\n").unwrap();
+        k.reload().unwrap();
+        let a = k.check(Some("alpha-key-1")).unwrap().unwrap();
+        let h = a.quota.unwrap().headers(Instant::now()).unwrap();
+        assert_eq!(h.limit, 2000);
+        assert!((1600..1610).contains(&h.remaining), "{h:?}");
+        assert_eq!(a.priority, 0);
+        // Counted by name.
+        assert_eq!(a.counters.requests.load(Ordering::Relaxed), 2);
+        let names: Vec<String> = k
+            .usage
+            .snapshot()
+            .iter()
+            .map(|(n, _)| n.to_string())
+            .collect();
+        assert_eq!(names, ["alice", "bob"]);
+    }
+
+    #[test]
+    fn bad_quota_fields_name_the_line() {
+        for (text, want) in [
+            ("good-key-123\ngood-key-456 tpm=-1\n", "line 2: tpm"),
+            ("good-key-123 tpd=1.5\n", "line 1: tpd"),
+            ("good-key-123 priority=high\n", "line 1: priority"),
+            ("good-key-123 priority=3000000000\n", "line 1: priority"),
+            ("good-key-123 weight=0\n", "line 1: weight"),
+            ("good-key-123 weight=-2\n", "line 1: weight"),
+            ("good-key-123 weight=inf\n", "line 1: weight"),
+            ("good-key-123 weight=NaN\n", "line 1: weight"),
+        ] {
+            let f = file(text);
+            let e = Keys::new(None, Some(f.path().into()), 0).err().unwrap();
+            assert!(format!("{e:#}").contains(want), "{text:?}: {e:#}");
+        }
     }
 
     #[test]

@@ -138,7 +138,7 @@ pub fn render(e: &EngineStats, waiting: usize) -> String {
 fn engine_table(
     e: &EngineStats,
     waiting: usize,
-) -> [(&'static str, &'static str, &'static str, f64); 70] {
+) -> [(&'static str, &'static str, &'static str, f64); 76] {
     let kv_frac = kv_usage(e);
     [
         (
@@ -284,6 +284,42 @@ fn engine_table(
             "Prompts whose prefix was restored from the host tier",
             "counter",
             e.prefix_restores as f64,
+        ),
+        (
+            "steward_preemptions_total",
+            "Running sequences moved off their slots for a better-ranked request (their state saved to host memory, or recomputed on resume when the host tier had no room)",
+            "counter",
+            (e.preempt_swapped + e.preempt_recomputed) as f64,
+        ),
+        (
+            "steward_preemptions_recomputed_total",
+            "Preemptions whose state did not fit the host tier and was recomputed on resume",
+            "counter",
+            e.preempt_recomputed as f64,
+        ),
+        (
+            "steward_preempt_recomputed_tokens_total",
+            "KV cells computed again for preempted sequences (0 while the host tier has room)",
+            "counter",
+            e.preempt_recomputed_tokens as f64,
+        ),
+        (
+            "steward_preempt_resumes_total",
+            "Preempted sequences resumed on a slot",
+            "counter",
+            e.preempt_resumed as f64,
+        ),
+        (
+            "steward_preempted",
+            "Sequences preempted and waiting to resume",
+            "gauge",
+            e.preempted as f64,
+        ),
+        (
+            "steward_preempt_seconds_total",
+            "Time the owner spent saving and restoring preempted sequences' state",
+            "counter",
+            (e.preempt_save_ms_total + e.preempt_restore_ms_total) / 1e3,
         ),
         (
             "steward_prefix_host_restored_tokens_total",
@@ -632,6 +668,7 @@ pub fn render_ledger(o: &mut String, l: &steward_engine::memory::MemoryLedger) {
         ("kv_pool", Some(l.kv_pool)),
         ("cached_prefixes", Some(l.cached_prefixes)),
         ("host_prefixes", Some(l.host_prefixes)),
+        ("preempted", Some(l.preempted)),
         ("window_state", Some(l.window_state)),
         ("checkpoints", Some(l.checkpoints)),
         ("projector", Some(l.projector)),

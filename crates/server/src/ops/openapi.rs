@@ -127,6 +127,15 @@ under `/v1/messages`, which answers Anthropic's `{\"type\": \"error\", \"error\"
         web_chat,
         web_dashboard,
         web_file,
+        batch::upload_file,
+        batch::list_files,
+        batch::get_file,
+        batch::delete_file,
+        batch::file_content,
+        batch::create_batch,
+        batch::list_batches,
+        batch::get_batch,
+        batch::cancel_batch,
     ),
     components(schemas(
         p::ErrorBody,
@@ -147,6 +156,7 @@ under `/v1/messages`, which answers Anthropic's `{\"type\": \"error\", \"error\"
         (name = "admin", description = "Load and unload models and adapters (only with an API key set)"),
         (name = "operations", description = "Health, readiness, metrics, debugging views, this document"),
         (name = "web", description = "The built-in web chat and dashboard (`--no-web` removes them)"),
+        (name = "batch", description = "OpenAI's Batch API: JSONL files, batches run in the background, kept in `--state-dir`"),
     )
 )]
 struct ApiDoc;
@@ -185,12 +195,13 @@ fn status_description(status: u16) -> &'static str {
         400 => "Invalid request: a field's type or value, a body that is not a JSON object, a prompt longer than the context (`context_length_exceeded`), a grammar that does not compile, a path or query parameter that cannot be read",
         401 => "Missing or wrong API key (`invalid_api_key`)",
         403 => "Admin routes on a server started without an API key (`admin_disabled`)",
-        404 => "No such model (`model_not_found`) or stored response (`response_not_found`)",
+        404 => "No such model (`model_not_found`), stored response (`response_not_found`), file (`file_not_found`) or batch (`batch_not_found`); the Batch API off (`batch_disabled`)",
         408 => "The body did not arrive within `--body-timeout-s` (`body_timeout`), a streamed reader fell too far behind (`slow_reader`), or the time allowed for the request (its own `timeout`, or `--request-timeout-s`) ran out (`timeout`)",
-        413 => "The body is larger than `--max-body-bytes` (`request_too_large`)",
-        415 => "A POST body without `content-type: application/json` (`unsupported_media_type`)",
-        429 => "The waiting queue is full (`queue_full`), a key's rate limit (`rate_limit_exceeded`) or too many open dashboard feeds (`too_many_feeds`)",
-        500 => "An internal failure (`internal_error`)",
+        409 => "A batch that has ended cannot be cancelled (`batch_not_cancellable`); a file a batch still reads cannot be deleted (`file_in_use`)",
+        413 => "The body is larger than `--max-body-bytes` (`request_too_large`); an upload past `--batch-max-file-bytes` (`file_too_large`) or the state directory's `--batch-max-bytes` (`storage_full`)",
+        415 => "A POST body without `content-type: application/json` (`unsupported_media_type`; `/v1/files` takes `multipart/form-data`)",
+        429 => "The waiting queue is full (`queue_full`), a key's rate limit or token quota (`rate_limit_exceeded`) or too many open dashboard feeds (`too_many_feeds`)",
+        500 => "An internal failure (`internal_error`; the Batch API's state directory could not be written)",
         503 => "Not ready, draining or stopped, a bounded pool full (`tokenizer_busy`, `grammar_busy`), a queue timeout, a model that failed or does not fit, or the connection cap",
         _ => "An error",
     }
@@ -252,6 +263,9 @@ errors! {
     CapErrors("ErrorBody"): [503];
     WebFileErrors("ErrorBody"): [400, 404, 500, 503];
 }
+
+// The Batch API's operations (after `errors!`, which they use).
+mod batch;
 
 // ---- the operations ----------------------------------------------------------
 //

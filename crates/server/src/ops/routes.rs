@@ -114,5 +114,6 @@ pub(crate) async fn metrics_text(State(s): State<Shared>) -> Response {
     models::render_states(&mut body, reg);
     metrics::render_store(&mut body, &s.responses);
     s.keys.metrics(&mut body);
+    s.keys.usage.render(&mut body);
     ([("content-type", "text/plain; version=0.0.4")], body).into_response()
 }

@@ -44,6 +44,8 @@ pub struct GenSpec {
     pub reasoning: bool,
     /// Speculative decoding asked for (`None`: the server's default).
     pub speculative: Option<steward_engine::SpecRequest>,
+    /// `priority` asked for (lower runs first; `None`: none given).
+    pub priority: Option<i32>,
 }
 
 // One per request, moved a few times: boxing the chat would buy nothing.

@@ -158,7 +158,26 @@ fn fields(
         tools: None,
         reasoning: true,
         speculative: parse_speculative(s.speculative.as_ref())?,
+        priority: priority_field(s.priority.as_ref())?,
     })
+}
+
+/// `priority`: an integer in i32's range (`null`: none).
+fn priority_field(v: Option<&Value>) -> Result<Option<i32>, ApiError> {
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(x) => match x.as_i64().and_then(|p| i32::try_from(p).ok()) {
+            Some(p) => Ok(Some(p)),
+            None => Err(ApiError::invalid_value(
+                format!(
+                    "`priority` must be an integer from {} to {}; got {x}",
+                    i32::MIN,
+                    i32::MAX
+                ),
+                "priority",
+            )),
+        },
+    }
 }
 
 /// `logprobs` (and chat's `top_logprobs`): the alternatives per token, when
@@ -596,6 +615,21 @@ mod tests {
                 "invalid_value",
             ),
             (
+                r#"{"messages":[{"role":"user","content":"x"}],"priority":"high"}"#,
+                Some("priority"),
+                "invalid_value",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}],"priority":2147483648}"#,
+                Some("priority"),
+                "invalid_value",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}],"priority":1.5}"#,
+                Some("priority"),
+                "invalid_value",
+            ),
+            (
                 r#"{"messages":[{"role":"user","content":"x"}],"response_format":{"type":"xml"}}"#,
                 Some("response_format"),
                 "invalid_value",
@@ -669,7 +703,7 @@ mod tests {
     #[test]
     fn good_chat_request_maps_fields() {
         let (s, p) = chat(
-            br#"{"model":"m","messages":[{"role":"user","content":"x"}],"temperature":0,"max_completion_tokens":7,"seed":5,"stop":"Z","stream":true,"stream_options":{"include_usage":true}}"#,
+            br#"{"model":"m","messages":[{"role":"user","content":"x"}],"temperature":0,"max_completion_tokens":7,"seed":5,"stop":"Z","stream":true,"stream_options":{"include_usage":true},"priority":-3}"#,
             1,
             &Limits::default(),
         )
@@ -680,6 +714,7 @@ mod tests {
         assert_eq!(s.max_tokens, Some(7));
         assert_eq!(s.stop, vec!["Z".to_string()]);
         assert!(s.stream && s.include_usage);
+        assert_eq!(s.priority, Some(-3));
         assert!(matches!(p, PromptInput::Chat(m, _) if m.messages.len() == 1));
     }
 

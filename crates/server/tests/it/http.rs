@@ -630,6 +630,7 @@ async fn timings_are_monotonic_and_ledger_adds_up() {
         "kv_free",
         "cached_prefixes",
         "host_prefixes",
+        "preempted",
         "window_state",
         "checkpoints",
         "projector",

@@ -5,6 +5,7 @@
 
 mod common;
 
+mod batch;
 mod cancel;
 mod chat_formats;
 mod cli;
@@ -20,3 +21,4 @@ mod lora;
 mod media;
 mod openapi;
 mod structured;
+mod tenants;

@@ -6,6 +6,7 @@
 use serde_json::{json, Value};
 use utoipa::openapi::{self, RefOr};
 
+mod batch;
 mod dialects;
 mod parts;
 
@@ -77,6 +78,14 @@ hand_types!(
     OpenApiDocument,
     WebPage,
     WebAsset,
+    FileUpload,
+    FileObject,
+    FileList,
+    FileDeleted,
+    FileContent,
+    BatchCreateRequest,
+    Batch,
+    BatchList,
 );
 
 /// Every hand-described schema, from the code that reads or writes it.
@@ -393,6 +402,9 @@ pub(super) fn hand_schemas() -> Vec<(&'static str, Value)> {
         ("WebPage", json!({"type": "string", "description": "An HTML page"})),
         ("WebAsset", json!({"type": "string", "description": "A page, style sheet or script of the web UI"})),
     ]
+    .into_iter()
+    .chain(batch::schemas())
+    .collect()
 }
 
 /// `/debug/ledger`: the default model's memory ledger (the engine's
@@ -406,6 +418,7 @@ fn ledger() -> Value {
         "kv_free",
         "cached_prefixes",
         "host_prefixes",
+        "preempted",
         "window_state",
         "checkpoints",
         "compute_buffers",
