@@ -38,6 +38,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 
 from checklib import free_port
@@ -144,19 +145,25 @@ def preempt_cost(a, logdir, lengths):
                    "--scheduling-policy", "priority", "--no-web"], f"preempt-{n}", logdir)
         try:
             wait_ready(base + "/ready", p, "steward")
-            prompt = " ".join(f"w{i % 97}" for i in range(n))
+            # ~3 tokens a word: a prompt of about n tokens (usage says).
+            prompt = " ".join(f"w{i % 97}" for i in range(n // 3))
             out = {}
 
             def victim():
                 body = {"prompt": prompt, "max_tokens": 48, "temperature": 0, "ignore_eos": True,
                         "priority": 5, "timings": True}
-                with post(base + "/v1/completions", body) as r:
-                    out["victim"] = json.loads(r.read())
+                try:
+                    with post(base + "/v1/completions", body) as r:
+                        out["victim"] = json.loads(r.read())
+                except urllib.error.HTTPError as e:
+                    out["error"] = e.read().decode(errors="replace")
 
             t = threading.Thread(target=victim)
             t.start()
             # Once it decodes (its prompt done), the urgent one arrives.
             while metric(base, "steward_generation_tokens_total") < 4:
+                if "error" in out:
+                    sys.exit(f"the victim request failed: {out['error']}")
                 time.sleep(0.01)
             body = {"prompt": "Hi", "max_tokens": 4, "temperature": 0, "priority": 0}
             with post(base + "/v1/completions", body) as r:
@@ -166,7 +173,8 @@ def preempt_cost(a, logdir, lengths):
             swaps = metric(base, "steward_preemptions_total")
             tm = out["victim"].get("timings") or {}
             prefill = tm.get("prefill_done_ms", 0) - tm.get("admitted_ms", 0)
-            rows.append({"prompt": n, "swaps": swaps, "swap_ms": swap, "recompute_ms": prefill})
+            n_tok = out["victim"]["usage"]["prompt_tokens"]
+            rows.append({"prompt": n_tok, "swaps": swaps, "swap_ms": swap, "recompute_ms": prefill})
         finally:
             p.terminate()
             p.wait()

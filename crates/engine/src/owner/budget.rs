@@ -45,15 +45,25 @@ impl<B: Backend> Owner<B> {
         });
         // With decoders running, the inter-token latency target binds
         // first (`--itl-target-ms`); without, the step target alone.
-        let itl = self.config.step.itl_target_ms.filter(|_| decoders > 0);
+        // (Also while a batch line computes: an interactive request
+        // arriving waits for that step.)
+        let background = self.seqs.iter().any(|s| s.tenancy.background);
+        let itl = self
+            .config
+            .step
+            .itl_target_ms
+            .filter(|_| decoders > 0 || background);
         let target_step = match (target_step, itl) {
             (Some(t), Some(i)) => Some(t.min(i)),
             (t, i) => t.or(i),
         };
+        // (A batch line's prompt alone is held to the target as a step
+        // with one decoder would be: the cost model prices it.)
+        let rhythm = decoders.max(usize::from(background && itl.is_some()));
         let mut base = match target_step {
             Some(target) => self.cost.budget(
                 target,
-                decoders,
+                rhythm,
                 self.config.step.min_prompt_budget,
                 configured,
                 ctx,

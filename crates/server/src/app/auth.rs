@@ -25,7 +25,15 @@ pub(crate) async fn auth(State(s): State<Shared>, mut req: Request, next: Next) 
     // A batch line, sent in-process by the batch runner (`batch::line`; no
     // client can set an extension): its batch's key was checked when the
     // batch was created, and a line is no request against the key's rate.
-    if !s.keys.enabled() || req.extensions().get::<crate::batch::line::Line>().is_some() {
+    if !s.keys.enabled() {
+        return next.run(req).await;
+    }
+    // It runs as its batch's key (priority floor, weight, token quotas),
+    // found by name; a key removed since runs the line keyless.
+    if let Some(line) = req.extensions().get::<crate::batch::line::Line>() {
+        if let Some(a) = line.key.as_deref().and_then(|k| s.keys.admitted_by_name(k)) {
+            req.extensions_mut().insert(a);
+        }
         return next.run(req).await;
     }
     // `Authorization: Bearer KEY` (OpenAI) or `x-api-key: KEY` (Anthropic's

@@ -84,10 +84,12 @@ pub(crate) struct ServeArgs {
     #[arg(long, default_value_t = 2)]
     pub(crate) expedite_max_seqs: usize,
     /// Inter-token latency target in ms: with decoders running, a step's
-    /// prompt tokens are sized to keep the step within it. 0: off
-    /// (--target-step-ms alone).
-    #[arg(long, default_value_t = 0.0)]
-    pub(crate) itl_target_ms: f64,
+    /// prompt tokens are sized to keep the step within it (the TTFT
+    /// target's claim wins where it needs more). 0: off (--target-step-ms
+    /// alone). Default: 50 on the CPU, chosen by measurement under guidellm
+    /// (docs/BENCHMARKS.md [4/7]); 0 on a GPU (unmeasured there).
+    #[arg(long)]
+    pub(crate) itl_target_ms: Option<f64>,
     /// Which waiting request is admitted first: `fcfs` (arrival order) or
     /// `priority` (the request's `priority`, lower first, under its API
     /// key's `priority=` floor; then arrival).

@@ -97,7 +97,8 @@ fn schedule(c: &mut EngineConfig, a: &ServeArgs, gpu: bool) -> anyhow::Result<()
     c.step.ttft_target_ms = (a.ttft_target_ms > 0.0).then_some(a.ttft_target_ms);
     c.step.expedite_max_tokens = a.expedite_max_tokens;
     c.step.expedite_max_seqs = a.expedite_max_seqs.max(1);
-    c.step.itl_target_ms = (a.itl_target_ms > 0.0).then_some(a.itl_target_ms);
+    let itl = a.itl_target_ms.unwrap_or(if gpu { 0.0 } else { 50.0 });
+    c.step.itl_target_ms = (itl > 0.0).then_some(itl);
     c.admit.policy = a.scheduling_policy;
     c.admit.fair_share = a.fair_share;
     c.admit.preempt = !a.no_preempt;
