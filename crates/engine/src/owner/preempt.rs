@@ -135,13 +135,15 @@ impl<B: Backend> Owner<B> {
             return false;
         }
         let held = self.held();
-        let t = match c {
-            Candidate::Waiting(i) => self.queue.waiting[i].sub.req.tenancy.clone(),
-            Candidate::Parked(i) => self.queue.parked[i].seq.tenancy.clone(),
-        };
-        let order = match c {
-            Candidate::Waiting(i) => self.queue.waiting[i].order,
-            Candidate::Parked(i) => self.queue.parked[i].seq.order,
+        let (t, order) = match c {
+            Candidate::Waiting(i) => {
+                let w = &self.queue.waiting[i];
+                (w.sub.req.tenancy.clone(), w.order)
+            }
+            Candidate::Parked(i) => {
+                let p = &self.queue.parked[i].seq;
+                (p.tenancy.clone(), p.order)
+            }
         };
         let cr = self.rank(&t, order, &held);
         let running: Vec<Running<'_>> = self

@@ -88,6 +88,21 @@ struct Key {
     counters: Arc<KeyCounters>,
 }
 
+impl Key {
+    /// What a request admitted under this key carries (no rate taken yet).
+    fn admitted(&self) -> Admitted {
+        Admitted {
+            name: self.name.clone(),
+            rate: None,
+            rate_reset_s: 0.0,
+            priority: self.priority,
+            weight: self.weight,
+            quota: self.quota.limited().then(|| self.quota.clone()),
+            counters: self.counters.clone(),
+        }
+    }
+}
+
 /// One line of a key file, read.
 #[derive(Debug, Clone, PartialEq)]
 struct KeySpec {
@@ -324,25 +339,17 @@ impl Keys {
         }
     }
 
-    /// Check a request's key (`None`: none sent) and take one request from
-    /// its bucket.
     /// The key named `name`, admitted without a rate check (a batch line:
     /// its key was checked when the batch was created; its token quotas
     /// still apply at the line's admission).
     pub fn admitted_by_name(&self, name: &str) -> Option<Admitted> {
         let t = self.table.read().unwrap_or_else(|e| e.into_inner());
         let key = t.values().find(|k| &*k.name == name)?;
-        Some(Admitted {
-            name: key.name.clone(),
-            rate: None,
-            rate_reset_s: 0.0,
-            priority: key.priority,
-            weight: key.weight,
-            quota: key.quota.limited().then(|| key.quota.clone()),
-            counters: key.counters.clone(),
-        })
+        Some(key.admitted())
     }
 
+    /// Check a request's key (`None`: none sent) and take one request from
+    /// its bucket.
     pub fn check(&self, given: Option<&str>) -> Result<Option<Admitted>, Refused> {
         if !self.enabled() {
             return Ok(None);
@@ -352,15 +359,7 @@ impl Keys {
             self.refused.fetch_add(1, Ordering::Relaxed);
             return Err(Refused::Unauthorized);
         };
-        let mut a = Admitted {
-            name: key.name.clone(),
-            rate: None,
-            rate_reset_s: 0.0,
-            priority: key.priority,
-            weight: key.weight,
-            quota: key.quota.limited().then(|| key.quota.clone()),
-            counters: key.counters.clone(),
-        };
+        let mut a = key.admitted();
         if key.rpm == 0 {
             key.counters.request();
             return Ok(Some(a));
