@@ -31,7 +31,7 @@ import threading
 import time
 import urllib.request
 
-from checklib import free_port, png
+from checklib import free_port, wait_ready, png
 
 
 
@@ -45,18 +45,6 @@ def data_uri(w, h, seed):
 def post(url, body, stream=False, timeout=600):
     req = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
     return urllib.request.urlopen(req, timeout=timeout)
-
-
-def wait_ready(url, proc, what):
-    for _ in range(1500):
-        if proc.poll() is not None:
-            sys.exit(f"{what} exited: see its log")
-        try:
-            urllib.request.urlopen(url, timeout=2).read()
-            return
-        except Exception:
-            time.sleep(0.2)
-    sys.exit(f"{what} never became ready")
 
 
 def stream_chat(base, messages, max_tokens, times, started):

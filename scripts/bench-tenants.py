@@ -41,7 +41,7 @@ import time
 import urllib.error
 import urllib.request
 
-from checklib import free_port
+from checklib import free_port, wait_ready
 
 HEAVY_KEY, LIGHT_KEY = "sk-heavy-bench", "sk-light-bench"
 
@@ -52,18 +52,6 @@ def post(url, body, key=None, timeout=600):
         h["Authorization"] = f"Bearer {key}"
     req = urllib.request.Request(url, json.dumps(body).encode(), h)
     return urllib.request.urlopen(req, timeout=timeout)
-
-
-def wait_ready(url, proc, what):
-    for _ in range(1500):
-        if proc.poll() is not None:
-            sys.exit(f"{what} exited: see its log")
-        try:
-            urllib.request.urlopen(url, timeout=2).read()
-            return
-        except Exception:
-            time.sleep(0.2)
-    sys.exit(f"{what} never became ready")
 
 
 def stream(base, key, i, max_tokens=64):

@@ -2,6 +2,8 @@
 rpc_check): a pass/fail line per check, a free port, a JSON request."""
 import json
 import socket
+import sys
+import time
 import urllib.error
 import urllib.request
 
@@ -51,3 +53,17 @@ def png(w=24, h=16, seed=0):
 
     return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
             + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+def wait_ready(url, proc, what):
+    """Poll `url` until it answers; exit naming `what` if `proc` ends first
+    or it never does (5 minutes)."""
+    for _ in range(1500):
+        if proc.poll() is not None:
+            sys.exit(f"{what} exited: see its log")
+        try:
+            urllib.request.urlopen(url, timeout=2).read()
+            return
+        except Exception:
+            time.sleep(0.2)
+    sys.exit(f"{what} never became ready")
