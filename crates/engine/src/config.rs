@@ -123,6 +123,12 @@ pub struct AdmitConfig {
     pub prefix_host_bytes: u64,
     /// Shortest prefix (tokens) worth saving to or restoring from it.
     pub prefix_host_min: usize,
+    /// Disk tier of the prefix cache (`owner/kv/disk.rs`): the directory
+    /// its entries live in (this model's own subdirectory is made under
+    /// it; None: no disk tier).
+    pub disk_dir: Option<std::path::PathBuf>,
+    /// Most bytes the disk tier's entries may hold (0: off).
+    pub disk_bytes: u64,
     /// Checkpoints of state that cannot be rewound (sliding-window cells,
     /// recurrent state): host bytes they may hold in all (0: none taken).
     pub checkpoint_bytes: u64,
@@ -288,6 +294,8 @@ impl EngineConfig {
                 prefix_copy_min: 64,
                 prefix_host_bytes: 0,
                 prefix_host_min: 128,
+                disk_dir: None,
+                disk_bytes: 0,
                 checkpoint_bytes: 256 << 20,
                 checkpoint_min_tokens: 64,
                 checkpoint_interval: 512,

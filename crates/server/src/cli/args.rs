@@ -258,6 +258,12 @@ pub(crate) struct ServeArgs {
     /// Shortest prefix (tokens) the host tier saves or restores.
     #[arg(long, default_value_t = 128)]
     pub(crate) prefix_host_min: usize,
+    /// Disk tier of the prompt cache, under `--state-dir` (`kv/`): entries
+    /// that leave the host tier, and finished conversations' tails, kept
+    /// as files that survive a restart and are restored when that costs
+    /// less than recomputing. Gigabytes per model; 0: off.
+    #[arg(long, default_value_t = 4.0)]
+    pub(crate) disk_cache_gb: f64,
     /// Chat template replacing the GGUF's: a Jinja file, or a built-in
     /// (`chatml`, `gemma`, `plain`). Without it the GGUF's template is used
     /// (startup fails, naming it, if it does not compile); a GGUF without

@@ -130,6 +130,13 @@ fn memory(c: &mut EngineConfig, a: &ServeArgs, gpu: bool) -> anyhow::Result<()> 
     c.admit.prefix_copy_min = a.prefix_copy_min;
     c.admit.prefix_host_bytes = a.prefix_host_mb.unwrap_or(if gpu { 0 } else { 512 }) << 20;
     c.admit.prefix_host_min = a.prefix_host_min;
+    if !(a.disk_cache_gb >= 0.0 && a.disk_cache_gb.is_finite()) {
+        anyhow::bail!(
+            "--disk-cache-gb must be 0 or more (got {})",
+            a.disk_cache_gb
+        );
+    }
+    c.admit.disk_bytes = (a.disk_cache_gb * (1u64 << 30) as f64) as u64;
     Ok(())
 }
 
