@@ -225,6 +225,12 @@ pub struct MemoryLedger {
     pub window_state: u64,
     /// Checkpoints of state that cannot be rewound (host memory).
     pub checkpoints: u64,
+    /// The prefix cache's disk tier: entries queued for the disk thread
+    /// (host memory until written) ...
+    pub disk_queued: u64,
+    /// ... and the bytes its files hold (disk, not memory: outside `rss`
+    /// and the sum).
+    pub disk_prefixes: u64,
     /// The multimodal projector (weights and compute buffers, measured at
     /// load) and the encoded media it keeps by hash.
     pub projector: u64,
@@ -282,7 +288,8 @@ impl MemoryLedger {
         let known = (weights + kv_pool + s.compute_bytes - device_bytes)
             + host_prefixes
             + preempted
-            + checkpoints;
+            + checkpoints
+            + s.disk.queued_bytes;
         MemoryLedger {
             budget,
             weights,
@@ -295,6 +302,8 @@ impl MemoryLedger {
             preempted,
             window_state,
             checkpoints,
+            disk_queued: s.disk.queued_bytes,
+            disk_prefixes: s.disk.bytes,
             projector: 0,
             media_cache: 0,
             compute_buffers: s.compute_bytes,
@@ -330,6 +339,7 @@ impl MemoryLedger {
             + self.preempted
             + self.window_state
             + self.checkpoints
+            + self.disk_queued
             + self.projector
             + self.media_cache
             + self.compute_buffers

@@ -118,6 +118,34 @@ pub(crate) fn push_bounded<T>(q: &mut std::collections::VecDeque<T>, cap: usize,
     q.push_back(v);
 }
 
+/// The prefix cache's disk tier: what it holds, what it wrote and read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct DiskStats {
+    pub enabled: bool,
+    /// Bytes and entries on disk; their budget.
+    pub bytes: u64,
+    pub entries: usize,
+    pub budget: u64,
+    /// Bytes queued to the disk thread (host memory until written).
+    pub queued_bytes: u64,
+    pub writes: u64,
+    pub write_bytes: u64,
+    pub write_failures: u64,
+    /// Writes not queued because the queue was full.
+    pub write_drops: u64,
+    /// Entries read back to restore a prompt, and their bytes.
+    pub reads: u64,
+    pub read_bytes: u64,
+    /// Entries deleted because a check failed.
+    pub corrupt: u64,
+    pub evictions: u64,
+    /// Matches left on disk because recomputing was estimated cheaper.
+    pub skipped: u64,
+    /// Measured bandwidth, MB/s (0: not measured).
+    pub read_mb_s: f64,
+    pub write_mb_s: f64,
+}
+
 /// Read-only snapshot published after every step.
 #[derive(Debug, Clone, Default)]
 pub struct EngineStats {
@@ -239,6 +267,8 @@ pub struct EngineStats {
     pub preempt_recomputed_tokens: u64,
     pub preempted: usize,
     pub preempted_bytes: u64,
+    /// The disk tier (`owner/kv/disk.rs`; zero when off).
+    pub disk: DiskStats,
     /// How the model's memory holds a sequence: `attention`,
     /// `sliding_window`, `recurrent` or `hybrid` (`MemoryKind::name`).
     pub memory_kind: &'static str,

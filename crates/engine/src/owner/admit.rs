@@ -59,6 +59,7 @@ impl<B: Backend> Owner<B> {
             preemptions -= 1;
             budget += 1;
         }
+        self.disk_trim();
     }
 
     fn check_pressure(&mut self) {
@@ -98,7 +99,18 @@ impl<B: Backend> Owner<B> {
         if eligible && self.sharing_pending(&r.prompt, &set) {
             return false;
         }
-        let offer = bound_offer(self.offer(pkey, &r.prompt, eligible), &r.media);
+        let mut offer = bound_offer(self.offer(pkey, &r.prompt, eligible), &r.media);
+        if eligible && self.kv.disk.is_some() {
+            // A longer prefix on disk is read into the host tier first.
+            let offered = offer
+                .host_len
+                .max(offer.slots.as_ref().map_or(0, Reuse::len));
+            let prompt = r.prompt.clone();
+            if self.disk_promote(pkey, &prompt, offered) {
+                let r = &self.queue.waiting[i].sub.req;
+                offer = bound_offer(self.offer(pkey, &r.prompt, eligible), &r.media);
+            }
+        }
         let (share, min) = (self.kv.cache.share, self.kv.host.min_tokens);
         let mut d = decide(need, offer, eligible, share, min, self.state_model);
         // A takeover's entry leaves the cache; it and a copy source must
@@ -246,7 +258,8 @@ impl<B: Backend> Owner<B> {
         };
         let Some(slot) = self.take_slot() else {
             if let Some((e, _)) = saved {
-                self.kv.host.insert(e);
+                let out = self.kv.host.insert(e);
+                self.send_to_disk(out);
             }
             return None;
         };

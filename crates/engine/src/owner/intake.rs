@@ -23,8 +23,12 @@ impl<B: Backend> Owner<B> {
             }
             // Block only at the start of an iteration with nothing to do; a
             // command that leaves the owner idle (a cancel) ends the intake.
-            let block =
-                std::mem::take(&mut may_block) && self.idle() && self.queue.draining.is_empty();
+            // (Nor while the disk thread has reports to come: they are
+            // polled and published by the loop.)
+            let block = std::mem::take(&mut may_block)
+                && self.idle()
+                && self.queue.draining.is_empty()
+                && !self.disk_busy();
             let cmd = if block {
                 match self.queue.inbox.blocking_recv() {
                     Some(c) => c,

@@ -19,6 +19,7 @@
 mod adapters;
 mod admit;
 mod budget;
+mod disk;
 mod drafts;
 pub mod embed;
 mod faults;
@@ -142,7 +143,7 @@ impl<B: Backend> Owner<B> {
             _ => StateModel::PerToken,
         };
         let kv = state::KvState::new(&c, kind, rt.state_bytes());
-        Owner {
+        let mut owner = Owner {
             rt,
             vocab,
             limits: StepLimits {
@@ -182,7 +183,9 @@ impl<B: Backend> Owner<B> {
             tenants: plan::tenancy::Counters::default(),
             next_order: 0,
             config: c,
-        }
+        };
+        owner.disk_start();
+        owner
     }
 
     /// Draft with this runtime of a draft model (same vocabulary, same
@@ -196,6 +199,9 @@ impl<B: Backend> Owner<B> {
     /// One iteration of the loop. Returns false when the engine should stop.
     pub(crate) fn tick(&mut self) -> bool {
         let t0 = Instant::now();
+        // The disk tier's reports; while nothing runs, idle slots' entries
+        // are written (before the intake blocks).
+        self.disk_idle();
         if !self.intake() {
             return false;
         }

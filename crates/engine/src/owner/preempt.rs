@@ -186,10 +186,15 @@ impl<B: Backend> Owner<B> {
         let t = Instant::now();
         let slot = self.seqs[i].slot;
         let cells = self.seqs[i].kv_len();
-        let data = (cells > 0 && self.rt.slot_len(slot) == cells)
+        let mut data = (cells > 0 && self.rt.slot_len(slot) == cells)
             .then(|| self.rt.save_slot(slot))
-            .flatten()
-            .filter(|d| self.kv.host.make_room(d.len() as u64));
+            .flatten();
+        if let Some(d) = &data {
+            match self.kv.host.make_room(d.len() as u64) {
+                Some(out) => self.send_to_disk(out),
+                None => data = None,
+            }
+        }
         let mut seq = self.seqs.remove(i);
         let mut growth = seq.release_permit();
         seq.preemptions += 1;

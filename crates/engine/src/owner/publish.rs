@@ -35,6 +35,7 @@ impl<B: Backend> Owner<B> {
         let (cached_cells, cached_entries) = (self.ledger.cached(), self.kv.cache.len());
         let (host_bytes, host_entries) = (self.kv.host.bytes(), self.kv.host.len());
         let (preempted, preempted_bytes) = (self.queue.parked.len(), self.kv.host.parked);
+        let disk = self.kv.disk.as_ref().map(|d| d.stats()).unwrap_or_default();
         let (checkpoints, checkpoint_bytes) = (self.kv.memory.count(), self.kv.memory.bytes());
         let physical = match (self.kv.state_base, self.kv.state_sampled) {
             // Every second while busy (it walks every cell: ~1-4 ms at 64 slots of 512), and always once idle (the loop then
@@ -85,6 +86,8 @@ impl<B: Backend> Owner<B> {
             s.checkpoint_bytes = checkpoint_bytes;
             s.preempted = preempted;
             s.preempted_bytes = preempted_bytes;
+            let disk_changed = s.disk != disk;
+            s.disk = disk;
             if let Some(p) = physical {
                 s.kv_bytes_physical = p;
             }
@@ -100,6 +103,7 @@ impl<B: Backend> Owner<B> {
                 return true;
             }
             live_changed
+                || disk_changed
                 || before
                     != (
                         running,

@@ -136,6 +136,7 @@ impl<B: Backend> Owner<B> {
                 let _ = d.outbox.try_send(ev);
             }
         }
+        self.disk_flush();
         self.stats.send_modify(|s| s.stopped = true);
         self.kv_stopped();
         tracing::info!("engine stopped");

@@ -334,7 +334,7 @@ impl<B: Backend> Owner<B> {
     /// intact) to host memory when it is long enough to be worth it.
     pub(super) fn spill(&mut self, e: prefix::Entry) {
         let len = self.kv.cells.len(e.slot);
-        if !self.kv.host.enabled() || len < self.kv.host.min_tokens {
+        if (!self.kv.host.enabled() && self.kv.disk.is_none()) || len < self.kv.host.min_tokens {
             return;
         }
         // Only what the slot really holds (it always equals the cell map).
@@ -342,13 +342,14 @@ impl<B: Backend> Owner<B> {
             return;
         }
         if let Some(data) = self.rt.save_slot(e.slot) {
-            self.kv.host.insert(crate::owner::kv::spill::Spilled {
+            let out = self.kv.host.insert(crate::owner::kv::spill::Spilled {
                 key: e.key,
                 tokens: self.kv.cells.tokens(e.slot),
                 data,
                 last_used: e.last_used,
                 lo: self.kv.memory.lo(e.slot),
             });
+            self.send_to_disk(out);
             self.stats.send_modify(|s| s.prefix_spills += 1);
         }
     }
@@ -385,7 +386,8 @@ impl<B: Backend> Owner<B> {
         }
         let ms = t.elapsed().as_secs_f64() * 1e3;
         e.last_used = self.next_key;
-        self.kv.host.insert(e);
+        let out = self.kv.host.insert(e);
+        self.send_to_disk(out);
         self.stats.send_modify(|s| {
             s.prefix_host_ms_total += ms;
             if ok {

@@ -61,6 +61,9 @@ pub(crate) struct KvState {
     pub cache: PrefixCache,
     /// The prefix cache's host-memory tier (evicted entries' saved state).
     pub host: HostTier,
+    /// The disk tier below it and its thread (`owner/disk.rs`; None: off).
+    pub disk: Option<crate::owner::kv::disk::DiskTier>,
+    pub disk_io: Option<crate::owner::kv::diskfile::DiskIo>,
     /// What every slot's KV cells hold, shared cells once
     /// (`owner/kv/cells.rs`): the ledger's `held` and the evictions' order
     /// come from it.
@@ -122,6 +125,8 @@ impl KvState {
             free_slots: (0..c.admit.max_seqs).collect(),
             cache,
             host,
+            disk: None,
+            disk_io: None,
             cells,
             memory: SlotMemory::new(kind, c.admit.max_seqs, c.admit.checkpoint_bytes),
             pinned: Vec::new(),

@@ -2,6 +2,7 @@
 //! engine's `watch` snapshot. Every metric name is declared in this file,
 //! but the HTTP side's own (`crate::http::counters`).
 
+pub use super::ledger_metrics::render_ledger;
 use std::fmt::Write;
 
 use steward_engine::stats::BUCKETS_MS;
@@ -138,7 +139,7 @@ pub fn render(e: &EngineStats, waiting: usize) -> String {
 fn engine_table(
     e: &EngineStats,
     waiting: usize,
-) -> [(&'static str, &'static str, &'static str, f64); 76] {
+) -> [(&'static str, &'static str, &'static str, f64); 82] {
     let kv_frac = kv_usage(e);
     [
         (
@@ -284,6 +285,42 @@ fn engine_table(
             "Prompts whose prefix was restored from the host tier",
             "counter",
             e.prefix_restores as f64,
+        ),
+        (
+            "steward_prefix_disk_bytes",
+            "Bytes the prompt cache's disk tier holds (--disk-cache-gb)",
+            "gauge",
+            e.disk.bytes as f64,
+        ),
+        (
+            "steward_prefix_disk_entries",
+            "Entries the prompt cache's disk tier holds",
+            "gauge",
+            e.disk.entries as f64,
+        ),
+        (
+            "steward_prefix_disk_writes_total",
+            "Entries written to the disk tier",
+            "counter",
+            e.disk.writes as f64,
+        ),
+        (
+            "steward_prefix_disk_write_drops_total",
+            "Disk writes not queued because the write queue was full (never waited for)",
+            "counter",
+            e.disk.write_drops as f64,
+        ),
+        (
+            "steward_prefix_disk_reads_total",
+            "Entries read back from the disk tier to restore a prompt",
+            "counter",
+            e.disk.reads as f64,
+        ),
+        (
+            "steward_prefix_disk_corrupt_total",
+            "Disk entries deleted because a checksum or length check failed",
+            "counter",
+            e.disk.corrupt as f64,
         ),
         (
             "steward_preemptions_total",
@@ -654,52 +691,6 @@ pub fn render_media(o: &mut String, enc: &steward_engine::prepare::encoder::Enco
     ];
     for (name, help, kind, v) in rows {
         let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
-    }
-}
-
-/// Every ledger term as a gauge, `steward_memory_bytes{term=...}`.
-pub fn render_ledger(o: &mut String, l: &steward_engine::memory::MemoryLedger) {
-    let _ = writeln!(o, "# HELP steward_memory_bytes Memory ledger terms (they add up to term=\"rss\" plus term=\"device_bytes\", the share in GPU memory)\n# TYPE steward_memory_bytes gauge");
-    let terms = [
-        ("weights", Some(l.weights)),
-        ("live_state", Some(l.live_state)),
-        ("reserved_growth", Some(l.reserved_growth)),
-        ("kv_free", Some(l.kv_free)),
-        ("kv_pool", Some(l.kv_pool)),
-        ("cached_prefixes", Some(l.cached_prefixes)),
-        ("host_prefixes", Some(l.host_prefixes)),
-        ("preempted", Some(l.preempted)),
-        ("window_state", Some(l.window_state)),
-        ("checkpoints", Some(l.checkpoints)),
-        ("projector", Some(l.projector)),
-        ("media_cache", Some(l.media_cache)),
-        ("compute_buffers", Some(l.compute_buffers)),
-        ("other", Some(l.other)),
-        ("rss", Some(l.rss)),
-        ("device_bytes", Some(l.device_bytes)),
-        ("budget", l.budget),
-        ("os_available", l.mem_available),
-        ("os_total", l.mem_total),
-    ];
-    for (t, v) in terms {
-        if let Some(v) = v {
-            let _ = writeln!(o, "steward_memory_bytes{{term=\"{t}\"}} {v}");
-        }
-    }
-    if !l.devices.is_empty() {
-        let _ = writeln!(o, "# HELP steward_gpu_memory_bytes Each GPU's memory as the runtime reports it\n# TYPE steward_gpu_memory_bytes gauge");
-        for d in &l.devices {
-            let n = d.name.replace(['"', '\\', '\n'], "_");
-            for (kind, v) in [("total", d.total), ("free", d.free)] {
-                let _ = writeln!(
-                    o,
-                    "steward_gpu_memory_bytes{{device=\"{n}\",kind=\"{kind}\"}} {v}"
-                );
-            }
-        }
-    }
-    if let Some(p) = l.psi_some_avg10 {
-        let _ = writeln!(o, "# HELP steward_memory_pressure_some_avg10 /proc/pressure/memory some avg10 (percent)\n# TYPE steward_memory_pressure_some_avg10 gauge\nsteward_memory_pressure_some_avg10 {p}");
     }
 }
 

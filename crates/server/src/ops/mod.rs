@@ -12,6 +12,7 @@ pub mod dashboard;
 pub(crate) mod gateway;
 pub mod kvevents;
 pub(crate) mod labels;
+mod ledger_metrics;
 pub mod metrics;
 pub(crate) mod openapi;
 pub(crate) mod routes;

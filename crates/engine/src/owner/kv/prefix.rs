@@ -54,6 +54,15 @@ pub(crate) enum Reuse {
     Copy { src_slot: usize, len: usize },
 }
 
+impl Reuse {
+    /// The tokens it reuses.
+    pub fn len(&self) -> usize {
+        match self {
+            Reuse::Takeover { len, .. } | Reuse::Copy { len, .. } => *len,
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct PrefixCache {
     entries: Vec<Entry>,
@@ -207,7 +216,6 @@ impl PrefixCache {
         self.entries.push(e);
     }
 
-    #[cfg(test)]
     pub fn entries(&self) -> &[Entry] {
         &self.entries
     }

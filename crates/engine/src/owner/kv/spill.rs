@@ -51,18 +51,20 @@ impl HostTier {
     }
 
     /// Room for a preempted sequence's `size` bytes, evicting cache
-    /// entries (least recently used first) as needed; false when even an
+    /// entries (least recently used first) as needed; None when even an
     /// empty tier cannot hold them (the sequence is then recomputed).
-    pub fn make_room(&mut self, size: u64) -> bool {
+    /// The entries evicted (for the disk tier).
+    pub fn make_room(&mut self, size: u64) -> Option<Vec<Spilled>> {
         if self.parked + size > self.park_budget {
-            return false;
+            return None;
         }
+        let mut out = Vec::new();
         while self.bytes() + self.parked + size > self.park_budget {
             let Some(i) = self.lru() else { break };
-            self.entries.swap_remove(i);
+            out.push(self.entries.swap_remove(i));
         }
         self.parked += size;
-        true
+        Some(out)
     }
 
     /// A preempted sequence's bytes leave (resumed or ended).
@@ -91,12 +93,13 @@ impl HostTier {
     }
 
     /// Keep `e`, evicting least recently used entries to fit the budget.
-    /// An entry larger than the whole budget, or one whose tokens another
-    /// entry already covers, is dropped. Returns the entries evicted.
-    pub fn insert(&mut self, e: Spilled) -> usize {
+    /// An entry whose tokens another entry already covers, or too short,
+    /// is dropped. Returns what did not stay and is not covered (the
+    /// entries evicted, or `e` itself when it cannot fit): the disk tier's.
+    pub fn insert(&mut self, e: Spilled) -> Vec<Spilled> {
         let size = e.data.len() as u64;
-        if !self.enabled() || size > self.budget || e.tokens.len() < self.min_tokens {
-            return 0;
+        if e.tokens.len() < self.min_tokens {
+            return Vec::new();
         }
         // An entry that is a prefix of the new one is redundant; the new one
         // is redundant if an existing entry extends it.
@@ -105,23 +108,45 @@ impl HostTier {
             .iter()
             .any(|x| x.key == e.key && x.tokens.starts_with(&e.tokens))
         {
-            return 0;
+            return Vec::new();
+        }
+        if !self.enabled() || size > self.budget || self.parked + size > self.budget {
+            return vec![e];
         }
         self.entries
             .retain(|x| !(x.key == e.key && e.tokens.starts_with(&x.tokens)));
-        let mut evicted = 0;
-        if self.parked + size > self.budget {
-            return 0;
-        }
+        let mut out = Vec::new();
         while self.bytes() + self.parked + size > self.budget {
             let Some(i) = self.lru() else {
                 break;
             };
-            self.entries.swap_remove(i);
-            evicted += 1;
+            out.push(self.entries.swap_remove(i));
         }
         self.entries.push(e);
-        evicted
+        out
+    }
+
+    /// Hold `e` (read back from the disk tier) until an admission restores
+    /// it, even past the budget; `trim` evicts what the budget cannot keep.
+    pub fn stage(&mut self, e: Spilled) {
+        self.entries
+            .retain(|x| !(x.key == e.key && e.tokens.starts_with(&x.tokens)));
+        self.entries.push(e);
+    }
+
+    /// Every entry, out (shutdown: to the disk tier).
+    pub fn drain(&mut self) -> Vec<Spilled> {
+        std::mem::take(&mut self.entries)
+    }
+
+    /// Evict least recently used entries until the tier fits its budget.
+    pub fn trim(&mut self) -> Vec<Spilled> {
+        let mut out = Vec::new();
+        while !self.entries.is_empty() && self.bytes() + self.parked > self.budget {
+            let Some(i) = self.lru() else { break };
+            out.push(self.entries.swap_remove(i));
+        }
+        out
     }
 
     /// The entry sharing the longest prefix with `prompt` under `key`, and
@@ -135,7 +160,7 @@ impl HostTier {
         prompt: &[TokenId],
         reach: impl Fn(&Spilled, usize) -> usize,
     ) -> Option<(usize, usize)> {
-        if !self.enabled() || prompt.len() < 2 {
+        if self.entries.is_empty() || prompt.len() < 2 {
             return None;
         }
         let cap = prompt.len() - 1;
@@ -196,7 +221,7 @@ mod tests {
         };
         assert!(h.best(other, &[1, 2, 3, 4, 5], |_, m| m).is_none());
         // Over budget: the least recently used goes.
-        assert_eq!(h.insert(sp(&[5, 6, 7], 40, 3)), 1);
+        assert_eq!(h.insert(sp(&[5, 6, 7], 40, 3)).len(), 1);
         assert!(h.bytes() <= 100);
         // [1, 2, 3, 4] (the oldest) is gone: only [1, 2, 9]'s two tokens match.
         assert_eq!(
@@ -206,7 +231,11 @@ mod tests {
             2
         );
         // Too big or too short: not kept.
-        assert_eq!(h.insert(sp(&[8, 8, 8], 101, 4)), 0);
+        assert_eq!(
+            h.insert(sp(&[8, 8, 8], 101, 4)).len(),
+            1,
+            "too big: for the disk"
+        );
         h.insert(sp(&[8], 1, 5));
         assert_eq!(h.len(), 2);
     }
@@ -220,5 +249,30 @@ mod tests {
         h.insert(sp(&[1, 2], 10, 3));
         assert_eq!(h.len(), 1);
         assert_eq!(h.entries[0].tokens, vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn a_staged_entry_stays_past_the_budget_until_trimmed() {
+        let mut h = HostTier::new(50, 2);
+        h.insert(sp(&[1, 2], 40, 1));
+        h.stage(sp(&[5, 6, 7], 100, 2));
+        assert_eq!(h.len(), 2);
+        assert!(h
+            .best(PrefixKey::default(), &[5, 6, 7, 8], |_, m| m)
+            .is_some());
+        let out = h.trim();
+        assert_eq!(
+            out.len(),
+            2,
+            "both go: the staged one alone is past the budget"
+        );
+        assert!(h.bytes() <= 50);
+        // A tier that is off still holds a staged entry until trimmed.
+        let mut off = HostTier::new(0, 2);
+        off.stage(sp(&[5, 6, 7], 100, 2));
+        assert!(off
+            .best(PrefixKey::default(), &[5, 6, 7, 8], |_, m| m)
+            .is_some());
+        assert_eq!(off.trim().len(), 1);
     }
 }

@@ -421,6 +421,8 @@ fn ledger() -> Value {
         "preempted",
         "window_state",
         "checkpoints",
+        "disk_queued",
+        "disk_prefixes",
         "compute_buffers",
         "other",
         "rss",
