@@ -3,7 +3,10 @@ agent APIs, unchanged client code.
 
 Usage: agent_api_check.py ROOT_URL API_KEY PROFILE
   smol   : Anthropic Messages (whole, streamed, tool round trip, stop
-           sequences, count_tokens, errors) and OpenAI Responses (whole,
+           sequences, count_tokens, errors, the SDK's beta tool runner on
+           its defaults: a server-side thread refused with the code it falls
+           back on, then a two-turn tool run), fields refused in each API's
+           shape, and OpenAI Responses (whole,
            streamed, function-call round trip, previous_response_id, store,
            text.format) on the default model served as "smol".
   vision : Anthropic Messages with an `image` block (a base64 PNG made here
@@ -63,6 +66,10 @@ def prompt_tokens(u):
     return u.input_tokens + (u.cache_read_input_tokens or 0) + (u.cache_creation_input_tokens or 0)
 
 
+# Anthropic's SDK (2.16) has no sampling arguments; Steward still takes
+# `temperature` (and `top_k`) in the body, so greedy decoding goes there.
+GREEDY = {"temperature": 0}
+
 WEATHER = {
     "type": "object",
     "properties": {"city": {"type": "string"}},
@@ -79,7 +86,7 @@ if profile == "smol":
 
     def a_whole():
         r = ac.messages.create(model="smol", max_tokens=12, system="Be brief.", messages=msg,
-                               temperature=0, top_k=40, metadata={"user_id": "u1"})
+                               extra_body={"temperature": 0, "top_k": 40}, metadata={"user_id": "u1"})
         assert r.type == "message" and r.role == "assistant", r
         assert r.content and r.content[0].type == "text" and r.content[0].text, r.content
         assert r.stop_reason in ("end_turn", "max_tokens"), r.stop_reason
@@ -88,11 +95,11 @@ if profile == "smol":
         return r.content[0].text
 
     def a_stop_sequence():
-        base = ac.messages.create(model="smol", max_tokens=16, messages=msg, temperature=0)
+        base = ac.messages.create(model="smol", max_tokens=16, messages=msg, extra_body=GREEDY)
         words = [w for w in base.content[0].text.split() if len(w) > 2]
         assert len(words) >= 2, base.content[0].text
         stop = words[1]
-        r = ac.messages.create(model="smol", max_tokens=16, messages=msg, temperature=0,
+        r = ac.messages.create(model="smol", max_tokens=16, messages=msg, extra_body=GREEDY,
                                stop_sequences=[stop])
         assert r.stop_reason == "stop_sequence" and r.stop_sequence == stop, (r.stop_reason, r.stop_sequence)
         assert stop not in r.content[0].text, r.content[0].text
@@ -100,7 +107,7 @@ if profile == "smol":
 
     def a_stream():
         names, text = [], ""
-        with ac.messages.stream(model="smol", max_tokens=12, messages=msg, temperature=0) as s:
+        with ac.messages.stream(model="smol", max_tokens=12, messages=msg, extra_body=GREEDY) as s:
             for ev in s:
                 names.append(ev.type)
                 if ev.type == "content_block_delta" and ev.delta.type == "text_delta":
@@ -111,7 +118,7 @@ if profile == "smol":
         assert raw[0] == "message_start" and raw[-1] == "message_stop", raw
         assert raw[-2] == "message_delta" and raw[1] == "content_block_start", raw
         assert raw.index("content_block_stop") > raw.index("content_block_delta"), raw
-        whole = ac.messages.create(model="smol", max_tokens=12, messages=msg, temperature=0)
+        whole = ac.messages.create(model="smol", max_tokens=12, messages=msg, extra_body=GREEDY)
         assert final.content[0].text == text == whole.content[0].text, (text, whole.content)
         assert final.usage.output_tokens == whole.usage.output_tokens, (final.usage, whole.usage)
         assert prompt_tokens(final.usage) == prompt_tokens(whole.usage), (final.usage, whole.usage)
@@ -122,7 +129,7 @@ if profile == "smol":
 
     def a_tool_round_trip():
         r = ac.messages.create(model="smol", max_tokens=64, messages=ask, tools=tools,
-                               tool_choice={"type": "tool", "name": "get_weather"}, temperature=0)
+                               tool_choice={"type": "tool", "name": "get_weather"}, extra_body=GREEDY)
         assert r.stop_reason == "tool_use", r
         uses = [b for b in r.content if b.type == "tool_use"]
         assert len(uses) == 1 and uses[0].name == "get_weather", r.content
@@ -132,7 +139,7 @@ if profile == "smol":
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": uses[0].id,
                                           "content": "18 C and sunny"}]},
         ]
-        r2 = ac.messages.create(model="smol", max_tokens=16, messages=follow, tools=tools, temperature=0)
+        r2 = ac.messages.create(model="smol", max_tokens=16, messages=follow, tools=tools, extra_body=GREEDY)
         assert r2.type == "message" and r2.content, r2
         # The tool result reached the prompt: it is longer than the first.
         assert prompt_tokens(r2.usage) > prompt_tokens(r.usage), (r.usage, r2.usage)
@@ -140,7 +147,7 @@ if profile == "smol":
 
     def a_tool_stream():
         with ac.messages.stream(model="smol", max_tokens=64, messages=ask, tools=tools,
-                                tool_choice={"type": "any"}, temperature=0) as s:
+                                tool_choice={"type": "any"}, extra_body=GREEDY) as s:
             kinds = [ev.type + ":" + getattr(getattr(ev, "delta", None), "type", "") for ev in s]
             final = s.get_final_message()
         assert "content_block_delta:input_json_delta" in kinds, kinds
@@ -179,6 +186,87 @@ if profile == "smol":
             raise AssertionError("image accepted")
         except anthropic.BadRequestError as e:
             assert "image" in e.body["error"]["message"], e.body
+
+    def a_tool_runner():
+        """`beta.messages.tool_runner` on its defaults, one tool: its first turn asks for a server-side thread
+        (`thread`), which Steward refuses with `thread_unsupported_request`; the runner then sends every turn with
+        the whole history and no thread: a forced `tool_use`, the tool run, its result sent, a final message. The
+        tool is forced on the first turn and `tool_choice` set to `none` for the second (a 135M model), so the
+        flow is the same every run; what is checked is the protocol, not the text."""
+        sent = []
+
+        def record(resp):
+            resp.read()
+            sent.append((json.loads(resp.request.content), resp.request.headers.get("anthropic-beta") or "",
+                         resp.status_code, resp.json()))
+
+        client = anthropic.Anthropic(base_url=root, api_key=key, max_retries=0,
+                                     http_client=anthropic.DefaultHttpxClient(event_hooks={"response": [record]}))
+        ran = []
+
+        @anthropic.beta_tool
+        def get_weather(city: str) -> str:
+            """The current weather in a city.
+
+            Args:
+                city: The city's name.
+            """
+            ran.append(city)
+            return "Sunny, 21 degrees Celsius."
+
+        ask1 = [{"role": "user", "content": "What is the weather in Paris?"}]
+        runner = client.beta.messages.tool_runner(model="smol", max_tokens=64, tools=[get_weather], messages=ask1,
+                                                  tool_choice={"type": "tool", "name": "get_weather"},
+                                                  extra_body=GREEDY)
+        replies = []
+        for m in runner:
+            replies.append(m)
+            if len(replies) == 1:
+                runner.set_messages_params(lambda p: {**p, "tool_choice": {"type": "none"}})
+        assert [s[2] for s in sent] == [400, 200, 200], [(s[2], s[3]) for s in sent]
+        (b0, beta0, _, e0), (b1, _, _, r1), (b2, _, _, r2) = sent
+        assert b0.get("thread") == {"type": "create"} and "message-threads-" in beta0, (b0, beta0)
+        assert e0["type"] == "error" and e0["error"]["type"] == "invalid_request_error", e0
+        assert e0["error"]["details"] == {"error_code": "thread_unsupported_request"}, e0
+        assert "thread" in e0["error"]["message"], e0
+        assert "thread" not in b1 and "thread" not in b2, (b1, b2)
+        assert b1["messages"] == ask1 and b1["tools"] == b0["tools"], b1
+        uses = [c for c in r1["content"] if c["type"] == "tool_use"]
+        assert r1["stop_reason"] == "tool_use" and len(uses) == 1 and uses[0]["name"] == "get_weather", r1
+        assert ran == [uses[0]["input"]["city"]], (ran, uses)
+        history = b2["messages"]
+        assert len(history) == 3 and history[0] == ask1[0], history
+        assert history[1]["role"] == "assistant" and history[1]["content"][0]["id"] == uses[0]["id"], history
+        result = history[2]["content"][0]
+        assert history[2]["role"] == "user" and result["type"] == "tool_result", history
+        assert result["tool_use_id"] == uses[0]["id"] and "Sunny" in str(result["content"]), result
+        assert not any(c["type"] == "tool_use" for c in r2["content"]), r2
+        assert r2["stop_reason"] in ("end_turn", "max_tokens"), r2
+        assert [m.id for m in replies] == [r1["id"], r2["id"]], replies
+        assert runner.until_done().id == r2["id"]
+        return f"400 thread_unsupported_request, then tool_use -> get_weather({ran[0]!r}) -> {r2['stop_reason']}"
+
+    def fields_refused():
+        """A field that would change the answer is refused naming it, in each API's shape; no generation runs."""
+        try:
+            ac.beta.messages.create(model="smol", max_tokens=4, messages=msg, thread={"type": "create"})
+            raise AssertionError("thread accepted")
+        except anthropic.types.ThreadUnsupportedRequestError as e:
+            assert e.body["error"]["details"]["error_code"] == "thread_unsupported_request", e.body
+        for field, value in [("container", "c"), ("frobnicate", 1)]:
+            s, v = http("POST", "/v1/messages", {"model": "smol", "max_tokens": 4, "messages": msg, field: value})
+            assert s == 400 and v["type"] == "error" and f"`{field}`" in v["error"]["message"], (s, v)
+            assert "details" not in v["error"], v
+        for path, body, field, code in [
+                ("/v1/chat/completions", {"messages": msg, "modalities": ["text", "audio"]}, "modalities",
+                 "unsupported_parameter"),
+                ("/v1/chat/completions", {"messages": msg, "min_tokens": 3}, "min_tokens", "unknown_parameter"),
+                ("/v1/completions", {"prompt": "x", "top_logprobs": 2}, "top_logprobs", "unsupported_parameter"),
+                ("/v1/responses", {"input": "x", "moderation": {"model": "m"}}, "moderation", None)]:
+            s, v = http("POST", path, {"model": "smol", "max_tokens": 4, **body} if "responses" not in path
+                        else {"model": "smol", **body})
+            assert s == 400 and v["error"]["param"] == field, (path, s, v)
+            assert code is None or v["error"]["code"] == code, (path, v)
 
     def r_whole():
         r = oc.responses.create(model="smol", input="Name three colours.", instructions="Be brief.",
@@ -293,7 +381,9 @@ if profile == "smol":
     for name, fn in [("anthropic whole", a_whole), ("anthropic stop_sequences", a_stop_sequence),
                      ("anthropic stream", a_stream), ("anthropic tool round trip", a_tool_round_trip),
                      ("anthropic tool stream", a_tool_stream), ("anthropic count_tokens", a_count_tokens),
-                     ("anthropic errors", a_errors), ("responses whole", r_whole),
+                     ("anthropic errors", a_errors), ("anthropic beta tool_runner, on its defaults", a_tool_runner),
+                     ("fields that would change the answer refused, each API's shape", fields_refused),
+                     ("responses whole", r_whole),
                      ("responses stream", r_stream), ("responses function round trip", r_function_round_trip),
                      ("responses previous_response_id", r_previous_response),
                      ("responses text.format json_schema", r_json_schema), ("responses errors", r_errors),
@@ -314,11 +404,11 @@ elif profile == "vision":
     without = [{"role": "user", "content": [ask]}]
 
     def v_image():
-        r = ac.messages.create(model="smol", max_tokens=12, messages=with_image, temperature=0)
+        r = ac.messages.create(model="smol", max_tokens=12, messages=with_image, extra_body=GREEDY)
         assert r.type == "message" and r.role == "assistant", r
         assert r.content and r.content[0].type == "text" and r.content[0].text, r.content
         assert r.stop_reason in ("end_turn", "max_tokens"), r.stop_reason
-        plain = ac.messages.create(model="smol", max_tokens=1, messages=without, temperature=0)
+        plain = ac.messages.create(model="smol", max_tokens=1, messages=without, extra_body=GREEDY)
         n_img = ac.messages.count_tokens(model="smol", messages=with_image).input_tokens
         n_txt = ac.messages.count_tokens(model="smol", messages=without).input_tokens
         assert prompt_tokens(r.usage) == n_img, (r.usage, n_img)
@@ -328,12 +418,12 @@ elif profile == "vision":
 
     def v_image_stream():
         text = ""
-        with ac.messages.stream(model="smol", max_tokens=12, messages=with_image, temperature=0) as s:
+        with ac.messages.stream(model="smol", max_tokens=12, messages=with_image, extra_body=GREEDY) as s:
             for ev in s:
                 if ev.type == "content_block_delta" and ev.delta.type == "text_delta":
                     text += ev.delta.text
             final = s.get_final_message()
-        whole = ac.messages.create(model="smol", max_tokens=12, messages=with_image, temperature=0)
+        whole = ac.messages.create(model="smol", max_tokens=12, messages=with_image, extra_body=GREEDY)
         assert final.content[0].text == text == whole.content[0].text, (text, whole.content)
         assert prompt_tokens(final.usage) == prompt_tokens(whole.usage), (final.usage, whole.usage)
 

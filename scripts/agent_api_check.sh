@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Starts `steward serve` on a free loopback port and drives its agent and RAG
-# APIs with the official `anthropic` and `openai` Python packages (installed
-# into target/pyenv): Anthropic Messages and OpenAI Responses on the default
+# APIs with the official `anthropic` (pinned below) and `openai` Python
+# packages (installed into target/pyenv): Anthropic Messages (the SDK's tool
+# runner on its defaults among them) and OpenAI Responses on the default
 # model (served as "smol"), then embeddings and rerank on all-MiniLM-L6-v2
 # (converted to GGUF by scripts/minilm-to-gguf.py, served as "minilm"), then
 # Anthropic image blocks on the default model with a random-weight image
@@ -13,8 +14,13 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 venv="$root/target/pyenv"
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-"$venv/bin/python" -c 'import anthropic, openai, numpy, safetensors, tokenizers, gguf' 2>/dev/null ||
-  "$venv/bin/pip" install --quiet 'anthropic>=0.40,<1' 'openai>=1.66,<3' numpy safetensors tokenizers gguf
+"$venv/bin/python" -c 'import openai, numpy, safetensors, tokenizers, gguf' 2>/dev/null ||
+  "$venv/bin/pip" install --quiet 'openai>=1.66,<3' numpy safetensors tokenizers gguf
+# The Anthropic SDK pinned: 2.16 is the release whose tool runner opens
+# server-side threads (`thread`, refused here with the code it falls back on).
+anthropic_version=2.16.0
+"$venv/bin/python" -c "import anthropic; assert anthropic.__version__ == '$anthropic_version'" 2>/dev/null ||
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "anthropic==$anthropic_version"
 minilm="$root/target/embed-ggufs/minilm.gguf"
 "$venv/bin/python" scripts/minilm-to-gguf.py --out "$minilm"
 mkdir -p target/mmproj

@@ -17,6 +17,9 @@ import openai
 
 root, key = sys.argv[1].rstrip("/"), sys.argv[2]
 ac = anthropic.Anthropic(base_url=root, api_key=key, max_retries=0)
+# Anthropic's SDK (2.16) has no sampling arguments; Steward still takes
+# `temperature` in the body, so greedy decoding goes there.
+GREEDY = {"temperature": 0}
 oc = openai.OpenAI(base_url=root + "/v1", api_key=key, max_retries=0)
 results = []
 
@@ -91,8 +94,8 @@ def a_stream(req):
     return content, d["delta"]["stop_reason"], d["usage"], start["usage"]
 
 def a_turn(msgs, stream, max_tokens=48, **kw):  # one turn; its prompt as served == count_tokens
-    req = dict(model="smol", max_tokens=max_tokens, messages=msgs, tools=A_TOOLS, system=SYS, temperature=0, **kw)
-    n = ac.messages.count_tokens(**{k: v for k, v in req.items() if k not in ("max_tokens", "temperature")})
+    req = dict(model="smol", max_tokens=max_tokens, messages=msgs, tools=A_TOOLS, system=SYS, extra_body=GREEDY, **kw)
+    n = ac.messages.count_tokens(**{k: v for k, v in req.items() if k not in ("max_tokens", "extra_body")})
     if stream:
         content, stop, usage, first = a_stream(req)
         assert tin(first) == tin(usage), ("message_start and message_delta disagree on the prompt", first, usage)
@@ -157,7 +160,7 @@ def a_parallel():
     assert tin(u2) > tin(u), (u, u2)
     return f"{len(uses)} calls, stop {stop}"
 
-TRUNC = dict(model="smol", max_tokens=40, temperature=0, messages=[{"role": "user", "content": TWO}],
+TRUNC = dict(model="smol", max_tokens=40, extra_body=GREEDY, messages=[{"role": "user", "content": TWO}],
              tools=[{"name": "get_weather", "description": "Weather for a city", "input_schema": ZIP}],
              tool_choice={"type": "any"})
 

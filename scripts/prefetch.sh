@@ -21,7 +21,7 @@ mkdir -p target
 venv="$root/target/pyenv"
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 "$venv/bin/pip" install --quiet --disable-pip-version-check numpy gguf safetensors tokenizers \
-  'openai>=1.66,<3' 'anthropic>=0.40,<1' 'prometheus-client>=0.17' 'jsonschema>=4' httpx \
+  'openai>=1.66,<3' 'anthropic==2.16.0' 'prometheus-client>=0.17' 'jsonschema>=4' httpx \
   pyyaml 'kubernetes-validate==1.37.0' 'pyzmq>=25' 'msgpack>=1'
 if [ "$tier" = engine ]; then
   echo "prefetch: done (engine)"

@@ -156,3 +156,94 @@ impl<'a> Obj<'a> {
         }
     }
 }
+
+/// What the server does with a top-level request field its API defines
+/// (docs/LIMITS.md, "Request fields", lists each API's table). A field the
+/// table does not name is refused: a field that would change the answer is
+/// never silently ignored.
+pub(crate) enum Rule {
+    /// Read and acted on (by the translation or on the chat path).
+    Honoured,
+    /// Accepted and not acted on: it changes nothing in the answer.
+    Ignored,
+    /// Refused whenever it is given (not `null`); the text says why.
+    Refused(&'static str),
+    /// Refused unless the value asks for what the server does anyway.
+    RefusedUnless(fn(&Value) -> bool, &'static str),
+}
+
+/// One API's fields: a name and its rule.
+pub(crate) type Known = [(&'static str, Rule)];
+
+/// Every top-level field of `b` against its API's table: an unknown field
+/// or a refused one is a 400 that names it (`null` reads as absent).
+pub(crate) fn check_known(b: &Obj, known: &Known) -> R<()> {
+    for (key, v) in b.map {
+        if v.is_null() {
+            continue;
+        }
+        let why = match known.iter().find(|(k, _)| k == key).map(|(_, r)| r) {
+            None => {
+                return Err(DialectError::invalid(
+                    b.p(key),
+                    format!(
+                        "`{}`: unknown field (this server refuses a field it does not know rather than ignore it)",
+                        b.p(key)
+                    ),
+                ))
+            }
+            Some(Rule::Honoured | Rule::Ignored) => continue,
+            Some(Rule::RefusedUnless(fine, _)) if fine(v) => continue,
+            Some(Rule::Refused(why) | Rule::RefusedUnless(_, why)) => why,
+        };
+        return Err(unsupported(&b.p(key), &format!("`{}`", b.p(key)), why));
+    }
+    Ok(())
+}
+
+/// Whether `v` is an empty array (a list of nothing to use).
+pub(crate) fn empty_list(v: &Value) -> bool {
+    v.as_array().is_some_and(Vec::is_empty)
+}
+
+/// docs/LIMITS.md's rows `| `field` | api[, api] | what … |` for `api`:
+/// the field and the first word of what is done (`honoured`, `ignored`,
+/// `refused`), sorted.
+#[cfg(test)]
+pub(crate) fn doc_rows(api: &str) -> Vec<(String, &'static str)> {
+    let doc = include_str!("../../../docs/LIMITS.md");
+    let mut rows: Vec<(String, &'static str)> = doc
+        .lines()
+        .filter_map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            if cells.len() < 4 || !cells[2].split(", ").any(|a| a == api) {
+                return None;
+            }
+            let field = cells[1].strip_prefix('`')?.strip_suffix('`')?;
+            let what = ["honoured", "ignored", "refused"]
+                .into_iter()
+                .find(|w| cells[3].starts_with(w))?;
+            Some((field.to_string(), what))
+        })
+        .collect();
+    rows.sort();
+    rows
+}
+
+/// A table as [`doc_rows`] reads the doc, to compare.
+#[cfg(test)]
+pub(crate) fn table_rows(known: &Known) -> Vec<(String, &'static str)> {
+    let mut rows: Vec<(String, &'static str)> = known
+        .iter()
+        .map(|(k, r)| {
+            let what = match r {
+                Rule::Honoured => "honoured",
+                Rule::Ignored => "ignored",
+                Rule::Refused(_) | Rule::RefusedUnless(..) => "refused",
+            };
+            (k.to_string(), what)
+        })
+        .collect();
+    rows.sort();
+    rows
+}

@@ -2,7 +2,8 @@
 //! [`to_chat`] turns a request into a chat-completions body; [`message`]
 //! and [`MessageStream`] give the answer back as a `message` object or as
 //! its stream of events; [`error_body`] and [`from_openai_error`] give
-//! errors in Anthropic's shape.
+//! errors in Anthropic's shape (with `details.error_code` where the API
+//! defines one: [`error_code`]).
 
 mod reply;
 mod request;
@@ -11,7 +12,7 @@ pub use reply::{
     error_body, error_kind_for_status, from_openai_error, message, message_from_events, message_id,
     tool_input, MessageStream,
 };
-pub use request::{to_chat, Translated};
+pub use request::{error_code, to_chat, Translated};
 
 #[cfg(test)]
 mod tests_reply;

@@ -274,9 +274,15 @@ fn delta(index: u32, d: Value) -> Out {
     }
 }
 
-/// `{"type":"error","error":{"type","message"}}`.
+/// `{"type":"error","error":{"type","message"}}`, and `details:
+/// {"error_code"}` where the API defines a code for the error
+/// ([`super::error_code`]).
 pub fn error_body(e: &DialectError) -> Value {
-    json!({"type": "error", "error": {"type": e.kind, "message": e.message}})
+    let mut error = json!({"type": e.kind, "message": e.message});
+    if let Some(code) = super::request::error_code(e) {
+        error["details"] = json!({ "error_code": code });
+    }
+    json!({"type": "error", "error": error})
 }
 
 /// An OpenAI-shaped error body (`{"error":{"message","type","param",

@@ -3,7 +3,9 @@
 use serde_json::{json, Map, Value};
 
 use crate::error::DialectError;
-use crate::fields::{at, idx, missing, unsupported, wrong_type, Obj, R};
+use crate::fields::{
+    at, check_known, empty_list, idx, missing, unsupported, wrong_type, Known, Obj, Rule, R,
+};
 
 /// What `to_chat` made of a Messages request.
 #[derive(Debug, Clone, PartialEq)]
@@ -27,9 +29,83 @@ const TEXT_ONLY: &str = " by this server here (images go in a user message's con
 /// Separates text blocks joined into one chat message.
 const JOIN: &str = "\n\n";
 
+/// Why a request that names a server-side thread is refused: Anthropic's
+/// SDK (its tool runner, threads) then sends the whole conversation again
+/// without one (`error.details.error_code`, see [`error_code`]).
+const NO_THREADS: &str =
+    " by this server: it keeps no conversation between requests; send the whole conversation in `messages` without `thread`";
+
+/// The Messages API's top-level fields (the Python SDK's
+/// `MessageCreateParams`, beta ones included) and what this server does
+/// with each; docs/LIMITS.md's table says why.
+pub(crate) const FIELDS: &Known = &[
+    ("model", Rule::Honoured),
+    ("max_tokens", Rule::Honoured),
+    ("messages", Rule::Honoured),
+    ("system", Rule::Honoured),
+    ("stop_sequences", Rule::Honoured),
+    ("stream", Rule::Honoured),
+    ("temperature", Rule::Honoured),
+    ("top_p", Rule::Honoured),
+    ("top_k", Rule::Honoured),
+    ("tools", Rule::Honoured),
+    ("tool_choice", Rule::Honoured),
+    ("thinking", Rule::Honoured),
+    ("output_config", Rule::Honoured),
+    ("output_format", Rule::Honoured),
+    ("metadata", Rule::Honoured),
+    ("priority", Rule::Honoured),
+    ("service_tier", Rule::Ignored),
+    ("inference_geo", Rule::Ignored),
+    ("speed", Rule::Ignored),
+    ("cache_control", Rule::Ignored),
+    ("diagnostics", Rule::Ignored),
+    ("billing_policy", Rule::Ignored),
+    ("fallback_credit_token", Rule::Ignored),
+    ("user_profile_id", Rule::Ignored),
+    ("workspace_id", Rule::Ignored),
+    ("thread", Rule::Refused(NO_THREADS)),
+    ("previous_message_id", Rule::Refused(NO_THREADS)),
+    (
+        "fallbacks",
+        Rule::RefusedUnless(
+            |v| v == "default",
+            " by this server: it has no substitute models (`\"default\"` runs the model alone)",
+        ),
+    ),
+    (
+        "container",
+        Rule::Refused(" by this server: it runs no server tools, so it has no containers"),
+    ),
+    (
+        "mcp_servers",
+        Rule::RefusedUnless(empty_list, " by this server: it connects to no MCP servers"),
+    ),
+    (
+        "context_management",
+        Rule::Refused(" by this server: it never edits the conversation it is sent"),
+    ),
+    (
+        "compaction",
+        Rule::Refused(" by this server: it does not summarize conversations"),
+    ),
+];
+
+/// The Messages API's `error.details.error_code` for a refusal, where the
+/// API defines one: a refused `thread` (or `previous_message_id`) is
+/// `thread_unsupported_request`, on which Anthropic's SDK falls back to
+/// sending the whole conversation without a thread.
+pub fn error_code(e: &DialectError) -> Option<&'static str> {
+    match (e.status, e.param.as_deref()) {
+        (400, Some("thread" | "previous_message_id")) => Some("thread_unsupported_request"),
+        _ => None,
+    }
+}
+
 /// Translate a Messages API request body (`POST /v1/messages`).
 pub fn to_chat(body: &Value) -> Result<Translated, DialectError> {
     let b = Obj::of(body, "")?;
+    check_known(&b, FIELDS)?;
     let mut chat = Map::new();
 
     let model = b.str("model")?.unwrap_or_default().to_string();

@@ -418,18 +418,117 @@ fn thinking_switch() {
 }
 
 #[test]
-fn metadata_and_unknown_fields() {
-    let t = ok(req(
-        json!({"metadata": {"user_id": "u-1"}, "service_tier": "auto",
-                          "container": "c", "mcp_servers": [], "frobnicate": {"x": 1}}),
-    ));
+fn metadata_and_fields_that_change_nothing() {
+    let t = ok(req(json!({
+        "metadata": {"user_id": "u-1"}, "service_tier": "auto", "inference_geo": "us",
+        "speed": "fast", "cache_control": {"type": "ephemeral"},
+        "diagnostics": {"previous_message_id": "msg_1"}, "billing_policy": {"bill_to": "self"},
+        "fallback_credit_token": "t", "user_profile_id": "p", "workspace_id": "w",
+        "fallbacks": "default", "mcp_servers": [], "container": null, "thread": null,
+    })));
     assert_eq!(t.chat["user"], json!("u-1"));
-    assert!(t.chat.get("service_tier").is_none() && t.chat.get("frobnicate").is_none());
+    for field in [
+        "service_tier",
+        "speed",
+        "cache_control",
+        "diagnostics",
+        "fallbacks",
+    ] {
+        assert!(t.chat.get(field).is_none(), "{field}");
+    }
     assert_400(
         &err(req(json!({"metadata": {"user_id": 7}}))),
         "metadata.user_id",
     );
     assert_400(&err(req(json!({"metadata": "u"}))), "metadata");
+}
+
+/// A field that would change the answer and is not implemented is refused
+/// naming it; an unknown field is refused (as Anthropic's API does).
+#[test]
+fn fields_refused_or_unknown() {
+    for (field, value) in [
+        ("container", json!("c")),
+        (
+            "mcp_servers",
+            json!([{"type": "url", "url": "https://m", "name": "m"}]),
+        ),
+        ("context_management", json!({"edits": []})),
+        ("compaction", json!({"type": "summarize"})),
+        ("fallbacks", json!([{"model": "other"}])),
+    ] {
+        let e = err(req(json!({ field: value })));
+        assert_400(&e, field);
+        assert!(e.message.contains("not supported"), "{e}");
+        assert_eq!(error_code(&e), None);
+    }
+    for field in [
+        "frobnicate",
+        "betas",
+        "seed",
+        "n",
+        "stop",
+        "max_completion_tokens",
+    ] {
+        let e = err(req(json!({ field: 1 })));
+        assert_400(&e, field);
+        assert!(e.message.contains("unknown field"), "{e}");
+    }
+}
+
+/// docs/LIMITS.md lists every field of the table with what is done with
+/// it, and no other.
+#[test]
+fn the_limits_table_matches() {
+    assert_eq!(
+        crate::fields::doc_rows("messages"),
+        crate::fields::table_rows(super::request::FIELDS)
+    );
+}
+
+/// `thread` (Anthropic's server-held conversations, sent by its SDK's
+/// tool runner) is refused whatever its value, with the error code on
+/// which the SDK sends the whole conversation again without a thread; so
+/// is a `previous_message_id`.
+#[test]
+fn threads_refused_with_the_sdk_fallback_code() {
+    for (field, value) in [
+        ("thread", json!({"type": "create"})),
+        (
+            "thread",
+            json!({"type": "continue", "previous_message_id": "msg_1"}),
+        ),
+        ("thread", json!("yes")),
+        ("thread", json!(false)),
+        ("previous_message_id", json!("msg_1")),
+    ] {
+        let e = err(req(json!({ field: value })));
+        assert_400(&e, field);
+        assert!(e.message.contains("`messages`"), "{e}");
+        assert_eq!(error_code(&e), Some("thread_unsupported_request"));
+        let body = crate::anthropic::error_body(&e);
+        assert_eq!(body["type"], "error");
+        assert_eq!(body["error"]["type"], "invalid_request_error");
+        assert_eq!(
+            body["error"]["details"],
+            json!({"error_code": "thread_unsupported_request"})
+        );
+        assert!(body["error"]["message"].as_str().unwrap().contains(field));
+    }
+    // Through the server's path: an OpenAI-shaped 400 naming the field
+    // comes out in Anthropic's shape with the code.
+    let openai = json!({"error": {"message": "no threads", "type": "invalid_request_error",
+                                  "param": "thread", "code": "invalid_request"}});
+    let body = crate::anthropic::from_openai_error(400, &openai);
+    assert_eq!(
+        body["error"]["details"]["error_code"],
+        "thread_unsupported_request"
+    );
+    // Another refusal carries no details.
+    let e = err(req(json!({"container": "c"})));
+    assert!(crate::anthropic::error_body(&e)["error"]
+        .get("details")
+        .is_none());
 }
 
 #[test]

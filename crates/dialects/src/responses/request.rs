@@ -6,7 +6,7 @@ use serde_json::{json, Map, Value};
 use super::items::{input, Conversation};
 use super::Stored;
 use crate::error::DialectError;
-use crate::fields::{idx, unsupported, wrong_type, Obj, R};
+use crate::fields::{check_known, empty_list, idx, unsupported, wrong_type, Known, Obj, Rule, R};
 
 /// What `to_chat` made of a Responses request.
 #[derive(Debug, Clone, PartialEq)]
@@ -51,7 +51,7 @@ pub struct Echo {
 /// `instructions` are not carried over.
 pub fn to_chat(body: &Value, previous: Option<&Stored>) -> Result<RTranslated, DialectError> {
     let b = Obj::of(body, "")?;
-    refuse_unsupported(&b)?;
+    check_known(&b, FIELDS)?;
     let mut chat = Map::new();
     let model = b.str("model")?.unwrap_or_default().to_string();
     if !model.is_empty() {
@@ -84,13 +84,7 @@ pub fn to_chat(body: &Value, previous: Option<&Stored>) -> Result<RTranslated, D
         chat.insert("user".into(), u.into());
     }
     let truncation = truncation(&b)?;
-    if let Some(list) = b.arr("include")? {
-        for (i, v) in list.iter().enumerate() {
-            if !v.is_string() {
-                return Err(wrong_type(&idx("include", i), "a string", v));
-            }
-        }
-    }
+    include(&b)?;
     let echo = Echo {
         instructions: instructions.map_or(Value::Null, Value::from),
         tools: Value::Array(tools),
@@ -117,15 +111,98 @@ pub fn to_chat(body: &Value, previous: Option<&Stored>) -> Result<RTranslated, D
     })
 }
 
-/// Fields this server does not implement, refused when turned on.
-fn refuse_unsupported(b: &Obj) -> R<()> {
-    for key in ["background", "conversation", "prompt"] {
-        let on = match b.get(key) {
-            None | Some(Value::Bool(false)) => false,
-            Some(_) => true,
-        };
-        if on {
-            return Err(unsupported(key, &format!("`{key}`"), " by this server"));
+/// The Responses API's top-level fields (the Python SDK's
+/// `ResponseCreateParams`) and what this server does with each;
+/// docs/LIMITS.md's table says why.
+pub(crate) const FIELDS: &Known = &[
+    ("model", Rule::Honoured),
+    ("input", Rule::Honoured),
+    ("instructions", Rule::Honoured),
+    ("previous_response_id", Rule::Honoured),
+    ("max_output_tokens", Rule::Honoured),
+    ("temperature", Rule::Honoured),
+    ("top_p", Rule::Honoured),
+    ("stream", Rule::Honoured),
+    ("store", Rule::Honoured),
+    ("tools", Rule::Honoured),
+    ("tool_choice", Rule::Honoured),
+    ("parallel_tool_calls", Rule::Honoured),
+    ("text", Rule::Honoured),
+    ("reasoning", Rule::Honoured),
+    ("metadata", Rule::Honoured),
+    ("user", Rule::Honoured),
+    ("truncation", Rule::Honoured),
+    ("include", Rule::Honoured),
+    ("priority", Rule::Honoured),
+    ("service_tier", Rule::Ignored),
+    ("safety_identifier", Rule::Ignored),
+    ("prompt_cache_key", Rule::Ignored),
+    ("prompt_cache_retention", Rule::Ignored),
+    ("prompt_cache_options", Rule::Ignored),
+    ("stream_options", Rule::Ignored),
+    ("max_tool_calls", Rule::Ignored),
+    ("access_programs", Rule::Ignored),
+    ("background_options", Rule::Ignored),
+    (
+        "background",
+        Rule::RefusedUnless(|v| v == false, " by this server: a response is answered while the request waits"),
+    ),
+    (
+        "conversation",
+        Rule::Refused(" by this server: it keeps no conversations (`previous_response_id` continues a stored response)"),
+    ),
+    ("prompt", Rule::Refused(" by this server: it stores no prompt templates")),
+    (
+        "context_management",
+        Rule::RefusedUnless(empty_list, " by this server: it never compacts the conversation it is sent"),
+    ),
+    ("moderation", Rule::Refused(" by this server: it runs no moderation model")),
+    (
+        "image",
+        Rule::RefusedUnless(
+            |v| v["context_compression"] != "enabled",
+            " with `context_compression: enabled` by this server: it does not compress images",
+        ),
+    ),
+    (
+        "top_logprobs",
+        Rule::RefusedUnless(|v| v == 0, " by this server's Responses API: its output carries no logprobs"),
+    ),
+];
+
+/// `include`: the API's values; those whose data this server's output
+/// holds anyway (or never has) are taken, logprobs refused.
+fn include(b: &Obj) -> R<()> {
+    let Some(list) = b.arr("include")? else {
+        return Ok(());
+    };
+    for (i, v) in list.iter().enumerate() {
+        let path = idx("include", i);
+        match v.as_str() {
+            None => return Err(wrong_type(&path, "a string", v)),
+            Some(
+                "reasoning.encrypted_content"
+                | "message.input_image.image_url"
+                | "file_search_call.results"
+                | "web_search_call.results"
+                | "web_search_call.action.sources"
+                | "computer_call_output.output.image_url"
+                | "code_interpreter_call.outputs",
+            ) => {}
+            Some("message.output_text.logprobs") => {
+                return Err(unsupported(
+                    &path,
+                    "`message.output_text.logprobs`",
+                    " by this server's Responses API: its output carries no logprobs",
+                ))
+            }
+            Some(other) => {
+                let shown: String = other.chars().take(64).collect();
+                return Err(DialectError::invalid(
+                    path.clone(),
+                    format!("`{path}`: `{shown}` is not a value `include` takes"),
+                ));
+            }
         }
     }
     Ok(())

@@ -303,11 +303,63 @@ fn sampling_stream_store_user() {
     ] {
         assert_400(&err(req(json!({field: bad}))), field);
     }
-    assert_400(&err(req(json!({"include": ["a", 2]}))), "include[1]");
+    assert_400(
+        &err(req(json!({"include": ["reasoning.encrypted_content", 2]}))),
+        "include[1]",
+    );
     for field in ["background", "conversation", "prompt"] {
         assert_400(&err(req(json!({field: {"id": "x"}}))), field);
     }
     ok(req(json!({"background": false})));
+}
+
+/// docs/LIMITS.md lists every field of the table with what is done with
+/// it, and no other.
+#[test]
+fn the_limits_table_matches() {
+    assert_eq!(
+        crate::fields::doc_rows("responses"),
+        crate::fields::table_rows(super::request::FIELDS)
+    );
+}
+
+/// Every field a request may carry is in the table: one that would change
+/// the answer and is not implemented is refused naming it, one that
+/// changes nothing is taken, an unknown one is refused.
+#[test]
+fn fields_refused_ignored_or_unknown() {
+    ok(req(json!({
+        "service_tier": "flex", "safety_identifier": "s", "prompt_cache_key": "k",
+        "prompt_cache_retention": "24h", "prompt_cache_options": {"mode": "implicit"},
+        "stream_options": {"include_obfuscation": false}, "max_tool_calls": 3,
+        "access_programs": {"cyber": "standard"}, "background_options": {"completion_window": "2h"},
+        "context_management": [], "image": {"context_compression": "disabled"}, "top_logprobs": 0,
+        "include": ["reasoning.encrypted_content", "message.input_image.image_url",
+                    "web_search_call.action.sources"],
+        "moderation": null, "frobnicate": null,
+    })));
+    for (field, value) in [
+        ("background", json!(true)),
+        ("conversation", json!("conv_1")),
+        ("prompt", json!({"id": "pmpt_1"})),
+        ("context_management", json!([{"type": "compaction"}])),
+        ("moderation", json!({"model": "omni-moderation-latest"})),
+        ("image", json!({"context_compression": "enabled"})),
+        ("top_logprobs", json!(5)),
+    ] {
+        let e = err(req(json!({ field: value })));
+        assert_400(&e, field);
+        assert!(e.message.contains("not supported"), "{e}");
+    }
+    let e = err(req(json!({"include": ["message.output_text.logprobs"]})));
+    assert_400(&e, "include[0]");
+    assert!(e.message.contains("logprobs"), "{e}");
+    assert_400(&err(req(json!({"include": ["everything"]}))), "include[0]");
+    for field in ["frobnicate", "seed", "n", "logprobs", "verbosity"] {
+        let e = err(req(json!({ field: 1 })));
+        assert_400(&e, field);
+        assert!(e.message.contains("unknown field"), "{e}");
+    }
 }
 
 #[test]

@@ -8,13 +8,24 @@ use steward_engine::constraint::Grammar;
 use steward_engine::SamplingParams;
 use steward_protocol::{ChatCompletionRequest, CompletionRequest, PromptSpec, SamplingFields};
 
-use super::chat_input;
 pub use super::limits::{check_grammar, check_logprob_volume, Limits};
 pub use super::spec::{GenSpec, PromptInput};
 use super::tools;
+use super::{chat_input, fields};
 use crate::http::error::ApiError;
 
 pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    typed(object(body)?)
+}
+
+/// A body of an API whose fields are checked first (`fields::check`).
+fn parse_known<T: DeserializeOwned>(body: &[u8], known: &fields::Known) -> Result<T, ApiError> {
+    let v = object(body)?;
+    fields::check(&v, known)?;
+    typed(v)
+}
+
+fn object(body: &[u8]) -> Result<Value, ApiError> {
     let v: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::invalid(format!("Request body is not valid JSON: {e}"), None))?;
     if !v.is_object() {
@@ -23,6 +34,10 @@ pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
             None,
         ));
     }
+    Ok(v)
+}
+
+fn typed<T: DeserializeOwned>(v: Value) -> Result<T, ApiError> {
     serde_json::from_value(v).map_err(|e| {
         let msg = e.to_string();
         let param = msg
@@ -387,7 +402,7 @@ fn fresh_seed(request_seq: u64) -> u64 {
 }
 
 pub fn chat(body: &[u8], seq: u64, l: &Limits) -> Result<(GenSpec, PromptInput), ApiError> {
-    let mut r: ChatCompletionRequest = parse_json(body)?;
+    let mut r: ChatCompletionRequest = parse_known(body, fields::CHAT)?;
     if let Some(n) = r.tools.as_ref().and_then(Value::as_array).map(Vec::len) {
         if n > l.max_tools {
             return Err(ApiError::invalid_value(
@@ -472,7 +487,7 @@ pub fn completion(
     n_vocab: usize,
     l: &Limits,
 ) -> Result<(GenSpec, PromptInput), ApiError> {
-    let r: CompletionRequest = parse_json(body)?;
+    let r: CompletionRequest = parse_known(body, fields::COMPLETIONS)?;
 
     if r.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
         return Err(ApiError::unsupported(
