@@ -131,6 +131,8 @@ phase "anthropic and openai Python clients: Messages, Responses, embeddings, rer
 ./scripts/agent_api_check.sh
 phase "Batch API through the OpenAI Python client: files, batches, a cancel, a SIGKILL mid-batch and a restart (scripts/batch_check.py)"
 target/pyenv/bin/python scripts/batch_check.py target/release/steward
+phase "state directory under SIGKILL: Responses stored and deleted across 20 kills, steward.db intact (scripts/state_kill_check.py)"
+target/pyenv/bin/python scripts/state_kill_check.py target/release/steward
 phase "access: TLS, key file and SIGHUP, rate limits, metrics port (scripts/access_check.py)"
 target/pyenv/bin/python scripts/access_check.py target/release/steward
 phase "two replicas behind the vLLM Router: cache_aware, power_of_two, round_robin, a drain, a kill (scripts/router_check.sh)"

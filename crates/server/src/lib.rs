@@ -20,6 +20,8 @@
 //! deliver/  ④ ⑤ output read back, logprobs, replies whole or SSE
 //! prepare/  ① wire body → checked request (validation, limits, tools, grammar)
 //! http/     errors, connections, keys and TLS, HTTP counters     (leaves)
+//! state/    the state directory: lock, version, steward.db, the
+//!           Responses store's durable copy                        (a leaf)
 //! ```
 //!
 //! The binary's commands (`serve`, `fetch-model`, …) are `cli/`, under
@@ -32,11 +34,13 @@ mod deliver;
 mod http;
 mod ops;
 mod prepare;
+mod state;
 
 pub use api::state::{AppState, ServerOptions};
 pub use app::{app, metrics_app, serve_forever, start_batch};
 pub use batch::{BatchArgs, Options as BatchOptions};
 pub use http::conn::bind;
+pub use state::{Loaded, Opened, StateDir, StateError};
 
 // The module paths this crate has always offered (the binary, tests, fuzz
 // targets, the bench).

@@ -136,6 +136,18 @@ impl Store {
     /// then the oldest until it fits. An entry larger than the byte cap (or
     /// any entry, in a store of no entries) is refused.
     pub fn put_at(&self, id: &str, stored: Stored, now: Instant) -> Result<(), StoreFull> {
+        self.put_evicting(id, stored, now).map(drop)
+    }
+
+    /// [`Store::put_at`], returning the IDs it evicted (expired, or the
+    /// oldest to make room; not the entry it replaced): a copy kept
+    /// elsewhere (the server's state directory) drops them too.
+    pub fn put_evicting(
+        &self,
+        id: &str,
+        stored: Stored,
+        now: Instant,
+    ) -> Result<Vec<String>, StoreFull> {
         let bytes = stored.json_bytes();
         if bytes > self.max_bytes || self.max_entries == 0 {
             return Err(StoreFull {
@@ -151,16 +163,18 @@ impl Store {
             .filter(|(_, e)| expired(e.at, now, self.ttl))
             .map(|(id, _)| id.clone())
             .collect();
-        for id in old {
-            g.remove(&id);
+        for id in &old {
+            g.remove(id);
             g.evicted += 1;
         }
+        let mut evicted = old;
         while g.entries.len() >= self.max_entries || g.bytes + bytes > self.max_bytes {
             let Some(oldest) = g.order.values().next().cloned() else {
                 break;
             };
             g.remove(&oldest);
             g.evicted += 1;
+            evicted.push(oldest);
         }
         let seq = g.next;
         g.next += 1;
@@ -175,7 +189,7 @@ impl Store {
                 stored,
             },
         );
-        Ok(())
+        Ok(evicted)
     }
 
     /// The entry stored as `id`, unless it expired.

@@ -180,7 +180,7 @@ struct Responses {
     t: Arc<d::responses::RTranslated>,
     /// The conversation before this response (a previous response's).
     before: Vec<Value>,
-    store: Arc<d::responses::Store>,
+    store: Arc<crate::state::Responses>,
 }
 
 impl Responses {

@@ -5,7 +5,8 @@
 //! (`models`, also `route`: a request's model), template and tokenizer
 //! introspection (`introspect`); and what they all share (`state`).
 //!
-//! May use `deliver/`, `prepare/` and `http/`.
+//! May use `deliver/`, `prepare/`, `http/` and `state/` (the Responses
+//! store's durable copy).
 
 pub(crate) mod dialect;
 pub(crate) mod embed;

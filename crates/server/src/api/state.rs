@@ -1,6 +1,7 @@
 //! What every handler shares (`AppState`, `Shared`): the registry of
 //! models, the API keys, the HTTP metrics, the limits and timeouts, the
-//! Responses store, the open dashboard feeds; and a request's identity
+//! Responses store (kept in the state directory when the server has one),
+//! the open dashboard feeds; and a request's identity
 //! (`request_id`, `now_secs`). Built from `ServerOptions` (`steward serve`'s
 //! flags, or a test's).
 
@@ -38,8 +39,11 @@ pub struct AppState {
     /// Open connections (`conn::serve` keeps them).
     pub conns: Arc<conn::ConnStats>,
     /// Stored responses (`store: true`), for `previous_response_id` and
-    /// `GET /v1/responses/{id}`: bounded in count, bytes and age.
-    pub responses: Arc<steward_dialects::responses::Store>,
+    /// `GET /v1/responses/{id}`: bounded in count, bytes and age; written
+    /// through to the state directory once `set_state_dir` gives one.
+    pub(crate) responses: Arc<crate::state::Responses>,
+    /// The state directory (`--state-dir`), once set.
+    state_dir: std::sync::OnceLock<Arc<crate::state::StateDir>>,
     /// Serve the web chat (`/`) and the dashboard (`/dashboard`).
     pub web: bool,
     pub(crate) next_seq: AtomicU64,
@@ -134,11 +138,14 @@ impl AppState {
             body_timeout: o.body_timeout,
             cors_origins: o.cors_origins,
             conns: Arc::default(),
-            responses: Arc::new(steward_dialects::responses::Store::new(
-                o.responses_store.0,
-                o.responses_store.1 as usize,
-                o.responses_store.2,
+            responses: Arc::new(crate::state::Responses::new(
+                steward_dialects::responses::Store::new(
+                    o.responses_store.0,
+                    o.responses_store.1 as usize,
+                    o.responses_store.2,
+                ),
             )),
+            state_dir: std::sync::OnceLock::new(),
             web: o.web,
             next_seq: AtomicU64::new(1),
             feeds: AtomicUsize::new(0),
@@ -187,6 +194,25 @@ impl AppState {
     pub(crate) fn model_metrics(&self, model: &str) -> Arc<counters::HttpMetrics> {
         let mut g = self.model_metrics.lock().unwrap_or_else(|e| e.into_inner());
         g.entry(model.to_string()).or_default().clone()
+    }
+
+    /// Keep this server's durable state in `dir` (once, before it
+    /// serves): the stored responses it holds are read back (what was
+    /// read: for a log line once the server is up) and every one stored
+    /// from now on is written there; the Batch API (`start_batch`) uses it.
+    pub fn set_state_dir(
+        &self,
+        dir: Arc<crate::state::StateDir>,
+    ) -> anyhow::Result<crate::state::Loaded> {
+        if self.state_dir.set(dir.clone()).is_err() {
+            anyhow::bail!("this server already has a state directory");
+        }
+        self.responses.attach(dir).map_err(anyhow::Error::msg)
+    }
+
+    /// The state directory, once set.
+    pub fn state_dir(&self) -> Option<Arc<crate::state::StateDir>> {
+        self.state_dir.get().cloned()
     }
 
     /// The dashboard feeds open on this server.

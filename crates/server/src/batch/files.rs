@@ -1,17 +1,17 @@
 //! The file store (`files/` of the state directory): uploads streamed to a
 //! temp file within their bounds (`--batch-max-file-bytes`,
 //! `--batch-max-lines`, and the store's `--batch-max-bytes`), renamed into
-//! place and committed by their record (`file-<id>.json`, written last:
-//! content without a record is a crash's leftover, removed at start-up).
-//! A batch's output and error files stay in its job directory; their
-//! records name the path.
+//! place and committed by their record (a row of `steward.db`'s `files`,
+//! written last: content without a record is a crash's leftover, removed
+//! at start-up). A batch's output and error files stay in its job
+//! directory; their records name the path.
 
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::{self, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::extract::Multipart;
@@ -20,8 +20,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::disk;
+use super::records::{self, to_io};
 use crate::api::state::now_secs;
 use crate::http::error::ApiError;
+use crate::state::StateDir;
 
 /// A file's record: OpenAI's File object's fields, its owner, and where
 /// its bytes are.
@@ -116,58 +118,50 @@ pub(crate) struct Files {
     root: PathBuf,
     /// `root/files`.
     dir: PathBuf,
+    state: Arc<StateDir>,
     index: Mutex<BTreeMap<String, FileRecord>>,
 }
 
 impl Files {
-    /// Read `root/files` back: records whose content is missing are
-    /// dropped, content without a record and temp files removed (each
+    /// Read the records back: those whose content is missing are left
+    /// out, content without a record and temp files removed (each
     /// logged). Returns the store and the bytes its uploads hold.
-    pub(crate) fn open(root: &Path) -> io::Result<(Files, u64)> {
+    pub(crate) fn open(state: &Arc<StateDir>) -> io::Result<(Files, u64)> {
+        let root = state.root().to_path_buf();
         let dir = root.join("files");
         disk::create_dir(&dir)?;
         disk::remove_temps(&dir)?;
-        let mut index = BTreeMap::new();
-        let mut contents = Vec::new();
-        for e in fs::read_dir(&dir)? {
-            let p = e?.path();
-            match p.extension().and_then(|x| x.to_str()) {
-                Some("json") => match read_record(&p) {
-                    Ok(r) => {
-                        index.insert(r.id.clone(), r);
-                    }
-                    Err(e) => {
-                        tracing::error!(file = %p.display(), error = %e, "a file record that cannot be read: left out");
-                    }
-                },
-                Some("jsonl") => contents.push(p),
-                _ => {}
-            }
-        }
         let files = Files {
-            root: root.to_path_buf(),
+            root,
             dir,
+            state: state.clone(),
             index: Mutex::new(BTreeMap::new()),
         };
         let mut bytes = 0;
-        index.retain(
-            |id, r: &mut FileRecord| match fs::metadata(files.content_path(r)) {
+        let mut index = BTreeMap::new();
+        let rows = records::load_files(state.db()).map_err(to_io)?;
+        let known: std::collections::HashSet<String> = rows.iter().map(|r| r.id.clone()).collect();
+        for r in rows {
+            match fs::metadata(files.content_path(&r)) {
                 Ok(m) => {
                     // Output files are counted with their jobs.
                     if r.path.is_none() {
                         bytes += m.len();
                     }
-                    true
+                    index.insert(r.id.clone(), r);
                 }
                 Err(_) => {
-                    tracing::error!(file = %id, "a file record without its content: left out");
-                    false
+                    tracing::error!(file = %r.id, "a file record without its content: left out");
                 }
-            },
-        );
-        for p in contents {
+            }
+        }
+        for e in fs::read_dir(&files.dir)? {
+            let p = e?.path();
+            if p.extension().and_then(|x| x.to_str()) != Some("jsonl") {
+                continue;
+            }
             let id = p.file_stem().and_then(|s| s.to_str()).unwrap_or_default();
-            if !index.contains_key(id) {
+            if !known.contains(id) {
                 tracing::warn!(file = %p.display(), "an upload without its record (a crash before it was committed): removed");
                 let _ = fs::remove_file(&p);
             }
@@ -203,20 +197,29 @@ impl Files {
 
     /// Commit `r` (its content already in place): its record written.
     pub(crate) fn insert(&self, r: FileRecord) -> io::Result<()> {
-        let bytes = serde_json::to_vec_pretty(&r).map_err(io::Error::other)?;
-        disk::write_atomic(&self.dir.join(format!("{}.json", r.id)), &bytes)?;
+        self.state
+            .db()
+            .write_durable(|tx| records::put_file(tx, &r))
+            .map_err(to_io)?;
+        self.remember(r);
+        Ok(())
+    }
+
+    /// `r`, committed already, in the index.
+    pub(crate) fn remember(&self, r: FileRecord) {
         self.index
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(r.id.clone(), r);
-        Ok(())
     }
 
     /// Delete a file: its record first (the commit), then its bytes.
     /// Returns the bytes an upload held (an output's are its job's).
     pub(crate) fn remove(&self, r: &FileRecord) -> io::Result<u64> {
-        fs::remove_file(self.dir.join(format!("{}.json", r.id)))?;
-        disk::sync_dir(&self.dir)?;
+        self.state
+            .db()
+            .write_durable(|tx| records::delete_file(tx, &r.id))
+            .map_err(to_io)?;
         self.index
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -295,15 +298,6 @@ impl Files {
         t.commit(self, r.clone()).await?;
         Ok(r)
     }
-}
-
-fn read_record(p: &Path) -> Result<FileRecord, String> {
-    let bytes = fs::read(p).map_err(|e| e.to_string())?;
-    let r: FileRecord = serde_json::from_slice(&bytes).map_err(|e| e.to_string())?;
-    if p.file_stem().and_then(|s| s.to_str()) != Some(r.id.as_str()) {
-        return Err(format!("its id {:?} is not its name", r.id));
-    }
-    Ok(r)
 }
 
 fn missing(param: &str) -> ApiError {
@@ -483,10 +477,16 @@ mod tests {
         assert_eq!(u.used(), 13);
     }
 
+    fn open(root: &std::path::Path) -> (Arc<StateDir>, Files, u64) {
+        let sd = Arc::new(StateDir::try_open(root).unwrap());
+        let (f, bytes) = Files::open(&sd).unwrap();
+        (sd, f, bytes)
+    }
+
     #[test]
     fn content_without_a_record_is_removed_and_a_record_without_content_left_out() {
         let d = tempfile::tempdir().unwrap();
-        let (f, bytes) = Files::open(d.path()).unwrap();
+        let (sd, f, bytes) = open(d.path());
         assert_eq!(bytes, 0);
         let r = FileRecord {
             id: "file-a".into(),
@@ -503,13 +503,43 @@ mod tests {
         let mut gone = r.clone();
         gone.id = "file-gone".into();
         f.insert(gone).unwrap();
-        fs::write(d.path().join("files/file-bad.json"), b"{not json").unwrap();
-        drop(f);
-        let (f, bytes) = Files::open(d.path()).unwrap();
+        drop((f, sd));
+        let (sd, f, bytes) = open(d.path());
         assert_eq!(bytes, 3);
         assert!(f.get("file-a", &None).is_some());
         assert!(f.get("file-gone", &None).is_none());
         assert!(!d.path().join("files/file-orphan.jsonl").exists());
         assert!(f.get("file-a", &Some("k".into())).is_some());
+        // Deleted: its record, then its bytes.
+        assert_eq!(f.remove(&r).unwrap(), 3);
+        drop((f, sd));
+        let (_sd, f, bytes) = open(d.path());
+        assert_eq!(bytes, 0);
+        assert!(f.get("file-a", &None).is_none());
+        assert!(!d.path().join("files/file-a.jsonl").exists());
+    }
+
+    #[test]
+    fn json_records_from_before_the_database_are_imported_once() {
+        let d = tempfile::tempdir().unwrap();
+        fs::create_dir_all(d.path().join("files")).unwrap();
+        fs::write(d.path().join("files/file-old.jsonl"), b"{}\n{}\n").unwrap();
+        let rec = serde_json::json!({"id": "file-old", "bytes": 6, "created_at": 5, "filename": "o.jsonl", "purpose": "batch", "owner": "k"});
+        fs::write(d.path().join("files/file-old.json"), rec.to_string()).unwrap();
+        fs::write(d.path().join("files/file-bad.json"), b"{not json").unwrap();
+        fs::write(d.path().join("files/file-bad.jsonl"), b"x").unwrap();
+        let sd = Arc::new(StateDir::try_open(d.path()).unwrap());
+        records::import_legacy(d.path(), sd.db()).unwrap();
+        let (f, bytes) = Files::open(&sd).unwrap();
+        assert_eq!(bytes, 6);
+        let r = f.get("file-old", &Some("k".into())).unwrap();
+        assert_eq!((r.created_at, r.filename.as_str()), (5, "o.jsonl"));
+        assert!(f.get("file-old", &Some("other".into())).is_none());
+        assert!(!d.path().join("files/file-old.json").exists());
+        assert!(!d.path().join("files/file-bad.jsonl").exists());
+        assert!(d.path().join("files/file-bad.json.unreadable").exists());
+        // Nothing left to import: the same again.
+        records::import_legacy(d.path(), sd.db()).unwrap();
+        assert_eq!(records::load_files(sd.db()).unwrap().len(), 1);
     }
 }

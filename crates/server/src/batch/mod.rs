@@ -1,40 +1,46 @@
 //! OpenAI's Batch API: `/v1/files` (JSONL uploads) and `/v1/batches`
-//! (jobs over them), kept on disk under `--state-dir` and run in the
-//! background through the same router a client's request goes through.
+//! (jobs over them), kept in the server's state directory (`state/`) and
+//! run in the background through the same router a client's request goes
+//! through.
 //!
 //! - `line.rs` (a leaf, the one thing `api/` and `app/` may use): the
 //!   marker a batch line's in-process request carries, in its extensions
 //!   (the auth layer) and as a task-local (the generation path marks the
 //!   sequence `background`).
-//! - `disk.rs` (a leaf): atomic writes (temp name, fsync, rename, fsync the
-//!   directory), the append-only logs cut back to their last whole line,
-//!   ids, the state directory's lock.
-//! - `files.rs`: the file store (`files/`: content and its record).
+//! - `disk.rs` (a leaf): the append-only logs cut back to their last whole
+//!   line, ids; atomic writes from `state/disk.rs`.
+//! - `records.rs`: the file and batch records in `steward.db`, and the JSON
+//!   records of a directory from before it, imported once.
+//! - `files.rs`: the file store (`files/`: content; its record a row).
 //! - `input.rs`: an input file's lines checked against OpenAI's rules.
-//! - `store.rs`: the jobs (`batches/<id>/batch.json`), their states and
-//!   counts; the service (`Batches`) every handler and the runner share.
+//! - `store.rs`: the jobs (a row each), their states and counts; the
+//!   service (`Batches`) every handler and the runner share.
 //! - `progress.rs`: a running job's output and error logs (which
 //!   `custom_id`s are answered: the logs themselves, read back at start).
 //! - `runner.rs`: the one runner task: a job at a time, its lines with
 //!   bounded concurrency, cancel, the completion window, finalizing.
 //! - `api.rs`: the handlers.
 //!
-//! On disk (`--state-dir`, one server per directory: `LOCK`):
+//! In the state directory (its layout: `state/mod.rs`):
 //!
 //! ```text
-//! files/file-<id>.jsonl           an uploaded file's bytes
-//! files/file-<id>.json            its record (written last: the commit)
-//! batches/batch_<id>/batch.json   the job (rewritten atomically on each change of state)
-//! batches/batch_<id>/output.jsonl answered lines, appended one whole line at a time
-//! batches/batch_<id>/errors.jsonl failed lines, likewise
+//! steward.db: files                a file's record (written last: the commit)
+//! steward.db: batches              the job (its row updated in a transaction on each change of state)
+//! files/file-<id>.jsonl            an uploaded file's bytes
+//! batches/batch_<id>/output.jsonl  answered lines, appended one whole line at a time
+//! batches/batch_<id>/errors.jsonl  failed lines, likewise
 //! ```
 //!
 //! Exactly once: a line is appended to one log only when its answer is
 //! whole, and the logs are the record of what is done: at start-up each is
 //! cut back to its last complete line and its `custom_id`s are skipped. A
-//! line that was running at a kill left nothing and runs again.
+//! line that was running at a kill left nothing and runs again. (The logs
+//! are the output files' content, so the record of a line and its answer
+//! are one write: no second store to agree with.) A job's end commits its
+//! output files' records and its final state in one transaction.
 //!
-//! May use `api/`, `http/` (and `line.rs` only is used from below).
+//! May use `api/`, `http/`, `state/` (and `line.rs` only is used from
+//! below).
 
 pub(crate) mod api;
 mod disk;
@@ -42,6 +48,7 @@ mod files;
 mod input;
 pub mod line;
 mod progress;
+mod records;
 mod runner;
 mod store;
 
@@ -50,16 +57,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::api::state::Shared;
+use crate::state::{Opened, StateDir};
 
 pub(crate) use store::Batches;
 
 /// `steward serve` flags for the Batch API (flattened into `serve`'s).
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct BatchArgs {
-    /// Where the Batch API keeps files and jobs (default: `state` in the
-    /// cache directory models are kept in, `$STEWARD_CACHE_DIR` or
-    /// `~/.cache/steward`). `none`: no Batch API (its routes answer 404
-    /// `batch_disabled`). One server per directory (a lock file).
+    /// The state directory: stored responses, the Batch API's files and
+    /// jobs, the prompt cache's disk tier (default: `state` in the cache
+    /// directory models are kept in, `$STEWARD_CACHE_DIR` or
+    /// `~/.cache/steward`). `none`: nothing kept across restarts, no Batch
+    /// API (its routes answer 404 `batch_disabled`). One server per
+    /// directory (a lock file).
     #[arg(long)]
     pub state_dir: Option<String>,
     /// Most bytes the state directory's files may hold (uploads and
@@ -81,7 +91,7 @@ pub struct BatchArgs {
 /// The Batch API's settings.
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// The state directory.
+    /// The state directory (the server's, when it has one already).
     pub dir: PathBuf,
     /// Named by the operator: a directory that cannot be opened or is
     /// another server's is an error (the default one: a warning and no
@@ -141,8 +151,9 @@ impl BatchArgs {
     }
 }
 
-/// Open the state directory and read its files and jobs back (a named
-/// directory that cannot be opened is an error now, before any model
+/// Read the Batch API's files and jobs back from the server's state
+/// directory (opened here, at `o.dir`, when the server has none yet; a
+/// named directory that cannot be opened is an error now, before any model
 /// loads); the runner, which sends every line through `router` (the app's
 /// own), starts once the default model serves, and only then does this
 /// say anything (a start that fails prints its one error line alone).
@@ -151,10 +162,27 @@ impl BatchArgs {
 pub(crate) fn start(state: &Shared, o: Options, router: axum::Router) -> anyhow::Result<()> {
     let explicit = o.explicit;
     let dir = o.dir.clone();
-    let opened = match store::Batches::open(o) {
-        Ok(b) => Ok(Arc::new(b)),
-        Err(e) if !explicit => Err(e),
-        Err(e) => anyhow::bail!("--state-dir {}: {e}", dir.display()),
+    let sd = match state.state_dir() {
+        Some(sd) if sd.root() == dir => Ok(sd),
+        Some(sd) => anyhow::bail!(
+            "the Batch API's directory {} is not this server's state directory {}",
+            dir.display(),
+            sd.root().display()
+        ),
+        None => match StateDir::open(&dir, explicit)? {
+            Opened::Dir(d) => {
+                let d = Arc::new(d);
+                state.set_state_dir(d.clone())?;
+                Ok(d)
+            }
+            Opened::Unusable(why) => Err(why),
+        },
+    };
+    let opened = match sd.map(|sd| store::Batches::open(o, sd)) {
+        Ok(Ok(b)) => Ok(Arc::new(b)),
+        Ok(Err(e)) if explicit => anyhow::bail!("--state-dir {}: {e}", dir.display()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(why) => Err(why),
     };
     if let Ok(b) = &opened {
         let as_any: Arc<dyn std::any::Any + Send + Sync> = b.clone();

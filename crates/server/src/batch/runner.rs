@@ -327,7 +327,8 @@ fn expire_rest(
 
 /// The job's end: its logs made durable and made files (records naming
 /// the logs, ids derived from the job's, so a finish cut short by a kill
-/// is done again the same), then its final state. A completed job passes
+/// is done again the same), committed with its final state in one
+/// transaction. A completed job passes
 /// `finalizing` on the way; a cancel that came after its last line makes
 /// it cancelled.
 fn finish(
@@ -348,6 +349,7 @@ fn finish(
     }
     let dir = b.job_dir(id);
     let mut made = [None, None];
+    let mut records = Vec::new();
     for (k, (n, log, what)) in [
         (prog.completed, progress::OUTPUT, "output"),
         (prog.failed, progress::ERRORS, "errors"),
@@ -361,7 +363,7 @@ fn finish(
         let fid = disk::derived_id("file-", &format!("{id}/{what}"));
         if b.files.get(&fid, &None).is_none() {
             let bytes = std::fs::metadata(dir.join(log))?.len();
-            b.files.insert(FileRecord {
+            records.push(FileRecord {
                 id: fid.clone(),
                 bytes,
                 created_at: now_secs(),
@@ -369,12 +371,12 @@ fn finish(
                 purpose: "batch_output".into(),
                 owner: owner.clone(),
                 path: Some(format!("batches/{id}/{log}")),
-            })?;
+            });
         }
         made[k] = Some(fid);
     }
     let (completed, failed) = (prog.completed, prog.failed);
-    let done = b.change(id, |o| {
+    let done = b.change_with_files(id, records, |o| {
         o.output_file_id = made[0].take();
         o.error_file_id = made[1].take();
         o.request_counts.completed = completed;

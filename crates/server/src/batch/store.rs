@@ -1,11 +1,11 @@
-//! The jobs: OpenAI's Batch object and who owns it, one directory each
-//! (`batches/<id>/batch.json`, rewritten atomically on every change of
-//! state), read back at start-up (a record that cannot be read makes a
-//! failed job, logged, never a panic); and `Batches`, the service the
-//! handlers and the runner share (the file store, the byte bound, the
-//! jobs, the runner's wake-up).
+//! The jobs: OpenAI's Batch object and who owns it, one row each in
+//! `steward.db` (`batches`, written in a transaction on every change of
+//! state), read back at start-up (a row that cannot be read makes a
+//! failed job, logged, never a panic); a job's directory
+//! (`batches/<id>/`) holds its output and error logs. And `Batches`, the
+//! service the handlers and the runner share (the file store, the byte
+//! bound, the jobs, the runner's wake-up).
 
-use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,11 +16,13 @@ use serde_json::{Map, Value};
 use tokio::sync::Notify;
 
 use super::disk;
-use super::files::{visible, Files, Usage};
+use super::files::{visible, FileRecord, Files, Usage};
 use super::input::LineError;
 use super::progress;
+use super::records::{self, to_io};
 use super::Options;
 use crate::api::state::now_secs;
+use crate::state::StateDir;
 
 /// A batch's status, as OpenAI names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -128,17 +130,6 @@ impl BatchObject {
     }
 }
 
-/// What `batch.json` holds.
-#[derive(Serialize, Deserialize)]
-struct Record {
-    version: u32,
-    /// Creation order (lists and the runner's queue).
-    seq: u64,
-    /// The name of the API key that created it.
-    owner: Option<String>,
-    batch: BatchObject,
-}
-
 /// A job in memory.
 #[derive(Debug)]
 pub(crate) struct Job {
@@ -147,31 +138,6 @@ pub(crate) struct Job {
     pub seq: u64,
     /// Told when the job is cancelled (the runner stops its lines).
     pub cancel: Arc<Notify>,
-}
-
-/// Why the state directory could not be opened.
-#[derive(Debug)]
-pub(crate) enum OpenError {
-    Locked,
-    Io(io::Error),
-}
-
-impl std::fmt::Display for OpenError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            OpenError::Locked => write!(
-                f,
-                "another server holds this state directory (its LOCK file)"
-            ),
-            OpenError::Io(e) => write!(f, "{e}"),
-        }
-    }
-}
-
-impl From<io::Error> for OpenError {
-    fn from(e: io::Error) -> Self {
-        OpenError::Io(e)
-    }
 }
 
 /// The Batch API of one server.
@@ -188,61 +154,47 @@ pub(crate) struct Batches {
     writes: Mutex<()>,
     /// The runner's wake-up: a new job, a cancel.
     pub(crate) wake: Notify,
-    _lock: disk::DirLock,
+    state: Arc<StateDir>,
 }
 
 impl Batches {
-    /// Lock and read back the state directory.
-    pub(crate) fn open(o: Options) -> Result<Batches, OpenError> {
-        disk::create_dir(&o.dir)?;
-        let lock = match disk::lock(&o.dir) {
-            Ok(l) => l,
-            Err(disk::LockError::Held) => return Err(OpenError::Locked),
-            Err(disk::LockError::Io(e)) => return Err(e.into()),
-        };
-        let (files, mut bytes) = Files::open(&o.dir)?;
-        let dir = o.dir.join("batches");
+    /// Read the Batch API's state back from `state` (JSON records from
+    /// before `steward.db` imported first).
+    pub(crate) fn open(o: Options, state: Arc<StateDir>) -> io::Result<Batches> {
+        let root = state.root().to_path_buf();
+        records::import_legacy(&root, state.db())?;
+        let (files, mut bytes) = Files::open(&state)?;
+        let dir = root.join("batches");
         disk::create_dir(&dir)?;
         disk::remove_temps(&dir)?;
         let mut jobs = Vec::new();
-        for e in fs::read_dir(&dir)? {
-            let p = e?.path();
-            let Some(id) = p.file_name().and_then(|n| n.to_str()).map(str::to_string) else {
-                continue;
-            };
-            if !p.is_dir() || !id.starts_with("batch_") {
-                continue;
-            }
-            disk::remove_temps(&p)?;
-            bytes += progress::bytes(&p);
-            jobs.push(load_job(&p, &id));
-        }
-        jobs.sort_by_key(|j| j.seq);
-        let mut next = jobs.iter().map(|j| j.seq + 1).max().unwrap_or(1);
-        // Jobs whose record could not be read (`seq` 0) are failed, last
-        // in the order; one a stop caught while it was checked is failed
-        // (its client got no answer); both written back so.
         let mut broken = Vec::new();
-        for j in jobs.iter_mut() {
-            if j.seq == 0 {
-                j.seq = next;
-                next += 1;
-            } else if j.obj.status == Status::Validating {
-                j.obj.fail(vec![LineError::new(
+        for row in records::load_jobs(state.db()).map_err(to_io)? {
+            let p = dir.join(&row.id);
+            if p.is_dir() {
+                disk::remove_temps(&p)?;
+                bytes += progress::bytes(&p);
+            }
+            let (mut job, unreadable) = load_job(&p, row);
+            // One a stop caught while it was checked is failed (its client
+            // got no answer); both that and an unreadable row written back.
+            if job.obj.status == Status::Validating {
+                job.obj.fail(vec![LineError::new(
                     "validation_interrupted",
                     "the server stopped while it checked this batch: create it again",
                     None,
                     None,
                 )]);
-            } else {
-                continue;
+                broken.push(job.obj.id.clone());
+            } else if unreadable {
+                broken.push(job.obj.id.clone());
             }
-            broken.push(j.obj.id.clone());
+            jobs.push(job);
         }
-        jobs.sort_by_key(|j| j.seq);
+        let next = jobs.iter().map(|j| j.seq + 1).max().unwrap_or(1);
         let usage = Usage::new(bytes, o.max_bytes);
         let b = Batches {
-            root: o.dir.clone(),
+            root,
             opts: o,
             files,
             usage,
@@ -250,7 +202,7 @@ impl Batches {
             next_seq: AtomicU64::new(next),
             writes: Mutex::new(()),
             wake: Notify::new(),
-            _lock: lock,
+            state,
         };
         for id in broken {
             b.persist(&id)?;
@@ -336,26 +288,50 @@ impl Batches {
         Ok(Some(obj))
     }
 
-    /// Write a job's record as it is now.
-    fn persist(&self, id: &str) -> io::Result<()> {
+    /// Write a job's row as it is now (and `files`' records, in the same
+    /// transaction).
+    fn persist_with(&self, id: &str, files: &[FileRecord]) -> io::Result<()> {
         let _w = self.writes.lock().unwrap_or_else(|e| e.into_inner());
-        let bytes = self.with_jobs(|j| {
-            j.iter().find(|j| j.obj.id == id).map(|j| {
-                serde_json::to_vec_pretty(&Record {
-                    version: 1,
-                    seq: j.seq,
-                    owner: j.owner.clone(),
-                    batch: j.obj.clone(),
-                })
-            })
+        let now = self.with_jobs(|j| {
+            j.iter()
+                .find(|j| j.obj.id == id)
+                .map(|j| (j.seq, j.owner.clone(), j.obj.clone()))
         });
-        match bytes {
-            Some(b) => disk::write_atomic(
-                &self.job_dir(id).join("batch.json"),
-                &b.map_err(io::Error::other)?,
-            ),
-            None => Ok(()),
+        let Some((seq, owner, obj)) = now else {
+            return Ok(());
+        };
+        self.state
+            .db()
+            .write_durable(|tx| {
+                for r in files {
+                    records::put_file(tx, r)?;
+                }
+                records::put_job(tx, seq, &owner, &obj)
+            })
+            .map_err(to_io)?;
+        for r in files {
+            self.files.remember(r.clone());
         }
+        Ok(())
+    }
+
+    fn persist(&self, id: &str) -> io::Result<()> {
+        self.persist_with(id, &[])
+    }
+
+    /// Change a job's state and commit `files` (its output and error
+    /// files' records) with it, in one transaction.
+    pub(crate) fn change_with_files(
+        &self,
+        id: &str,
+        files: Vec<FileRecord>,
+        f: impl FnOnce(&mut BatchObject),
+    ) -> io::Result<Option<BatchObject>> {
+        let Some(obj) = self.update(id, f) else {
+            return Ok(None);
+        };
+        self.persist_with(id, &files)?;
+        Ok(Some(obj))
     }
 
     /// The job the runner takes next: one to finish (cancelling,
@@ -378,45 +354,16 @@ impl Batches {
     }
 }
 
-/// A job read back; one whose record cannot be read is a failed job
-/// (`seq` 0: `open` numbers it and writes it back), the record kept beside
-/// it (`batch.json.unreadable`).
-fn load_job(dir: &Path, id: &str) -> Job {
-    let path = dir.join("batch.json");
-    let read = fs::read(&path)
-        .map_err(|e| e.to_string())
-        .and_then(|b| serde_json::from_slice::<Record>(&b).map_err(|e| e.to_string()))
-        .and_then(|r| {
-            if r.batch.id == id && r.seq > 0 {
-                Ok(r)
-            } else {
-                Err(format!(
-                    "its id {:?} (seq {}) is not its directory's",
-                    r.batch.id, r.seq
-                ))
-            }
-        });
-    let r = match read {
-        Ok(r) => r,
+/// A job read back (its directory `dir`); one whose row cannot be read
+/// is a failed job, and `true` (`open` writes it back so).
+fn load_job(dir: &Path, row: records::JobRow) -> (Job, bool) {
+    let (mut obj, unreadable) = match row.object {
+        Ok(o) => (o, false),
         Err(e) => {
-            tracing::error!(batch = %id, error = %e, "a batch's record cannot be read: the batch is failed");
-            let _ = fs::rename(&path, dir.join("batch.json.unreadable"));
-            let mut obj = BatchObject::new(id.into(), String::new(), String::new(), "24h".into());
-            obj.fail(vec![LineError::new(
-                "state_unreadable",
-                format!("the batch's record in the state directory could not be read: {e}"),
-                None,
-                None,
-            )]);
-            return Job {
-                obj,
-                owner: None,
-                seq: 0,
-                cancel: Arc::new(Notify::new()),
-            };
+            tracing::error!(batch = %row.id, error = %e, "a batch's record cannot be read: the batch is failed");
+            (records::unreadable(&row.id, &e), true)
         }
     };
-    let mut obj = r.batch;
     if matches!(
         obj.status,
         Status::InProgress | Status::Cancelling | Status::Finalizing
@@ -425,10 +372,11 @@ fn load_job(dir: &Path, id: &str) -> Job {
         obj.request_counts.completed = completed;
         obj.request_counts.failed = failed;
     }
-    Job {
+    let job = Job {
         obj,
-        owner: r.owner,
-        seq: r.seq,
+        owner: row.owner,
+        seq: row.seq,
         cancel: Arc::new(Notify::new()),
-    }
+    };
+    (job, unreadable)
 }

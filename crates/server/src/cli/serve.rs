@@ -1,9 +1,13 @@
-//! `steward serve`: the process. Flags into settings (`config`), models
-//! into a registry, the listeners (and `--metrics-port`'s), SIGHUP reloads,
-//! the default and pinned models loaded before `/ready`; on SIGTERM or
-//! ctrl-c every engine drains within `--drain-timeout-s`.
+//! `steward serve`: the process. Flags into settings (`config`), the
+//! state directory opened (before any model: the prompt cache's disk tier
+//! is in it), models into a registry, the listeners (and
+//! `--metrics-port`'s), SIGHUP reloads, the default and pinned models
+//! loaded before `/ready`; on SIGTERM or ctrl-c every engine drains within
+//! `--drain-timeout-s`.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -15,7 +19,9 @@ use super::models;
 
 pub(crate) fn serve(a: ServeArgs) -> anyhow::Result<()> {
     check_mmproj(&a)?;
-    let c = engine_config(&a)?;
+    let mut c = engine_config(&a)?;
+    let durable = Durable::open(&a)?;
+    c.admit.disk_dir = durable.dir.as_ref().map(|d| d.kv_dir());
     let HttpConfig {
         mut options,
         keys,
@@ -45,17 +51,7 @@ pub(crate) fn serve(a: ServeArgs) -> anyhow::Result<()> {
     for s in specs.iter_mut() {
         s.config.deliver.kv_events = kv_events.as_ref().map(|k| k.sink(&s.name));
     }
-    let mut hub = steward_hub::HubOptions::from_env();
-    hub.progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let registry = steward_registry::Registry::new(
-        specs,
-        steward_registry::Options {
-            budget: c.admit.memory_budget,
-            idle_unload: secs(a.idle_unload_s, "idle-unload-s")?,
-            retry_after_s: 10,
-        },
-        models::resolver(hub),
-    );
+    let registry = registry(&a, specs, &c)?;
     let addr: SocketAddr = format!("{}:{}", a.host, a.port)
         .parse()
         .with_context(|| format!("bad --host/--port: {}:{}", a.host, a.port))?;
@@ -74,7 +70,7 @@ pub(crate) fn serve(a: ServeArgs) -> anyhow::Result<()> {
         // Serve at once: /health answers and /ready says "loading" while the
         // model loads and warms up.
         let state = steward_server::AppState::with_options(options);
-        a.batch.options().map(|o| steward_server::start_batch(&state, o)).transpose()?;
+        let loaded = durable.start(&state, &a)?;
         let app = steward_server::app(state.clone());
         tokio::spawn(steward_server::access::reload_on_sighup(keys, tls));
         if let Some(port) = metrics_port {
@@ -111,6 +107,7 @@ pub(crate) fn serve(a: ServeArgs) -> anyhow::Result<()> {
             anyhow::bail!("the default model is not loaded");
         };
         tracing::info!(%addr, models = ?registry.names(), default = %registry.default_name(), "serving");
+        durable.report(loaded);
         let mut server = server;
         tokio::select! {
             r = &mut server => r??,
@@ -134,8 +131,83 @@ pub(crate) fn serve(a: ServeArgs) -> anyhow::Result<()> {
     std::process::exit(0)
 }
 
-/// `--metrics-port`: `metrics_app` on its own listener, without a key
-/// and without TLS.
+/// The models, above their engines (none loaded yet).
+fn registry(
+    a: &ServeArgs,
+    specs: Vec<steward_registry::ModelSpec>,
+    c: &steward_engine::EngineConfig,
+) -> anyhow::Result<Arc<steward_registry::Registry>> {
+    let mut hub = steward_hub::HubOptions::from_env();
+    hub.progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    Ok(steward_registry::Registry::new(
+        specs,
+        steward_registry::Options {
+            budget: c.admit.memory_budget,
+            idle_unload: secs(a.idle_unload_s, "idle-unload-s")?,
+            retry_after_s: 10,
+        },
+        models::resolver(hub),
+    ))
+}
+
+/// The state directory (`--state-dir`; `none`: none), opened before any
+/// model loads: a named one that cannot be this server's stops the start
+/// (one line); the default one unusable gives none, and why (a warning
+/// once the server is up).
+struct Durable {
+    dir: Option<Arc<steward_server::StateDir>>,
+    unusable: Option<(PathBuf, String)>,
+}
+
+impl Durable {
+    fn open(a: &ServeArgs) -> anyhow::Result<Durable> {
+        let Some(o) = a.batch.options() else {
+            return Ok(Durable {
+                dir: None,
+                unusable: None,
+            });
+        };
+        Ok(match steward_server::StateDir::open(&o.dir, o.explicit)? {
+            steward_server::Opened::Dir(d) => Durable {
+                dir: Some(Arc::new(d)),
+                unusable: None,
+            },
+            steward_server::Opened::Unusable(why) => Durable {
+                dir: None,
+                unusable: Some((o.dir, why)),
+            },
+        })
+    }
+
+    /// The directory given to the server (its stored responses read back)
+    /// and the Batch API started on it.
+    fn start(
+        &self,
+        state: &Arc<steward_server::AppState>,
+        a: &ServeArgs,
+    ) -> anyhow::Result<Option<steward_server::Loaded>> {
+        let Some(d) = &self.dir else {
+            return Ok(None);
+        };
+        let loaded = state.set_state_dir(d.clone())?;
+        if let Some(o) = a.batch.options() {
+            steward_server::start_batch(state, o)?;
+        }
+        Ok(Some(loaded))
+    }
+
+    /// Said once the server is up (a start that fails prints its one
+    /// error line alone).
+    fn report(&self, loaded: Option<steward_server::Loaded>) {
+        if let (Some(d), Some(l)) = (&self.dir, loaded) {
+            tracing::info!(dir = %d.root().display(), responses = l.entries, responses_dropped = l.dropped, "state directory open");
+        }
+        if let Some((dir, why)) = &self.unusable {
+            tracing::warn!(dir = %dir.display(), error = %why, "the default state directory cannot be this server's: nothing is kept across restarts (no stored responses after a restart, no Batch API, no disk tier for the prompt cache); --state-dir to name another");
+        }
+    }
+}
+
 /// Before any model is fetched or converted (minutes): a missing
 /// projector is known now.
 fn check_mmproj(a: &ServeArgs) -> anyhow::Result<()> {
@@ -145,6 +217,8 @@ fn check_mmproj(a: &ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `--metrics-port`: `metrics_app` on its own listener, without a key
+/// and without TLS.
 fn serve_metrics_port(
     maddr: SocketAddr,
     state: &std::sync::Arc<steward_server::AppState>,

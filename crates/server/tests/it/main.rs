@@ -20,5 +20,6 @@ mod hub_cli;
 mod lora;
 mod media;
 mod openapi;
+mod state;
 mod structured;
 mod tenants;
