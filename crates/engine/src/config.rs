@@ -129,6 +129,11 @@ pub struct AdmitConfig {
     pub disk_dir: Option<std::path::PathBuf>,
     /// Most bytes the disk tier's entries may hold (0: off).
     pub disk_bytes: u64,
+    /// Host bytes pinned prefixes may hold (`GenerateRequest::pin`; 0: no
+    /// pins), beside the host tier's budget.
+    pub pin_bytes: u64,
+    /// The longest a pin is kept, whatever it asks (None: as asked).
+    pub pin_max_ttl: Option<std::time::Duration>,
     /// Checkpoints of state that cannot be rewound (sliding-window cells,
     /// recurrent state): host bytes they may hold in all (0: none taken).
     pub checkpoint_bytes: u64,
@@ -296,6 +301,8 @@ impl EngineConfig {
                 prefix_host_min: 128,
                 disk_dir: None,
                 disk_bytes: 0,
+                pin_bytes: 0,
+                pin_max_ttl: None,
                 checkpoint_bytes: 256 << 20,
                 checkpoint_min_tokens: 64,
                 checkpoint_interval: 512,

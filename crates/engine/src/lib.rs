@@ -38,7 +38,7 @@ pub use crate::owner::kv::cells::CellSlot;
 pub use crate::owner::kv::events as kvevents;
 pub use crate::owner::spec::speculate::SpecMode;
 pub use crate::prepare::{chat, constraint, literal, PrepareError, Preparer};
-pub use crate::request::{GenerateRequest, SpecRequest, SubmitError, Tenancy, MAX_DRAFT};
+pub use crate::request::{GenerateRequest, Pin, SpecRequest, SubmitError, Tenancy, MAX_DRAFT};
 pub use crate::runtime::{self as model, ceiling, LoadError, Pooling, TokenId};
 pub use crate::sample::detok;
 pub use crate::sample::sampler::SamplingParams;

@@ -260,6 +260,7 @@ impl Loaded {
                     prefix_key: identity.prefix_key(),
                     adapters: adapters.clone(),
                     cores,
+                    wake: Some(inbox_tx.downgrade()),
                 },
             })?
         };

@@ -55,6 +55,20 @@ pub struct GenerateRequest {
     pub media: Vec<MediaSpan>,
     /// Whom the request runs for and how it ranks.
     pub tenancy: Tenancy,
+    /// Keep this prompt's state pinned in host memory for a while
+    /// (Anthropic's `cache_control`, `owner/pins.rs`).
+    pub pin: Option<Pin>,
+}
+
+/// A pinned prefix: the prompt's state (its first `tokens`, or all of it)
+/// kept in host memory until `ttl` after its last use, within the pin
+/// budget (`--pin-budget-mb`); a later prompt starting with it restores it
+/// instead of computing it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pin {
+    pub ttl: std::time::Duration,
+    /// Prompt tokens the pin covers (None: the whole prompt).
+    pub tokens: Option<usize>,
 }
 
 /// Whom a request runs for and how it ranks against others: the API key's
@@ -146,6 +160,7 @@ impl GenerateRequest {
             speculative: None,
             media: Vec::new(),
             tenancy: Tenancy::default(),
+            pin: None,
         }
     }
 

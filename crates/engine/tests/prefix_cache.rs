@@ -326,3 +326,55 @@ async fn in_a_unified_pool_a_hit_is_held_once_and_a_cancel_releases_only_its_own
     assert_eq!(again.cached_tokens as usize, pa.len() - 1);
     assert_eq!(a.cached_tokens, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pinned_prefix_outlives_eviction_until_its_hold_ends() {
+    // No host tier: only the pin keeps the state once its slot is reused.
+    let path = steward_engine::fetch::ensure_default_model().expect("default model");
+    let mut c = EngineConfig::new(path);
+    c.model.n_threads = 1;
+    c.admit.max_seqs = 1;
+    c.admit.ctx_per_seq = 1024;
+    c.step.prompt_budget = 128;
+    c.admit.prefix_host_bytes = 0;
+    c.admit.prefix_host_min = 64;
+    c.admit.pin_bytes = 64 << 20;
+    let h = common::start(c).await;
+    let sys = msg("system", &system());
+    let p1 = chat(&h, vec![sys.clone(), msg("user", "When is high tide?")]).await;
+    let p2 = chat(&h, vec![sys, msg("user", "Is the lighthouse lit?")]).await;
+    let other = chat(&h, vec![msg("user", "Name three birds.")]).await;
+    // The pin covers the system prompt (Anthropic's breakpoint on it).
+    let shared = p1.iter().zip(&p2).take_while(|(x, y)| x == y).count();
+    let pin = steward_engine::Pin {
+        ttl: std::time::Duration::from_secs(2),
+        tokens: Some(shared),
+    };
+    let mut r = request(p1.clone(), 4);
+    r.pin = Some(pin);
+    let (_, a) = h.submit(r).unwrap().collect().await.unwrap();
+    assert_eq!(a.pinned_tokens as usize, shared, "{a:?}");
+    // The slot is taken by another prompt; the pin holds the state.
+    run(&h, other, 4).await;
+    let st = h.stats();
+    assert_eq!((st.pinned_entries, st.pins_created), (1, 1), "{st:?}");
+    // A prompt sharing the system prompt restores it from the pin; asking
+    // for the same pin again creates nothing (its hold is extended).
+    let mut r = request(p2.clone(), 4);
+    r.pin = Some(pin);
+    let (_, b) = h.submit(r).unwrap().collect().await.unwrap();
+    assert!(
+        shared > 100 && b.cached_tokens as usize >= shared - 1,
+        "{b:?}"
+    );
+    assert_eq!(b.pinned_tokens, 0, "already pinned: a read");
+    let st = h.stats();
+    assert_eq!(
+        (st.prefix_restores, st.pins_created, st.pinned_entries),
+        (1, 1, 1)
+    );
+    // Idle, the hold ends and the pin's memory is released (the alarm
+    // wakes the owner; no request arrives).
+    let st = wait_for(&h, "the pin's hold to end", |s| s.pins_expired >= 1).await;
+    assert_eq!((st.pinned_entries, st.pinned_bytes), (0, 0), "{st:?}");
+}

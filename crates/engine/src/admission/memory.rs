@@ -225,6 +225,8 @@ pub struct MemoryLedger {
     pub window_state: u64,
     /// Checkpoints of state that cannot be rewound (host memory).
     pub checkpoints: u64,
+    /// Pinned prefixes' saved state (host memory, in the pin budget).
+    pub pinned_prefixes: u64,
     /// The prefix cache's disk tier: entries queued for the disk thread
     /// (host memory until written) ...
     pub disk_queued: u64,
@@ -289,6 +291,7 @@ impl MemoryLedger {
             + host_prefixes
             + preempted
             + checkpoints
+            + s.pinned_bytes
             + s.disk.queued_bytes;
         MemoryLedger {
             budget,
@@ -302,6 +305,7 @@ impl MemoryLedger {
             preempted,
             window_state,
             checkpoints,
+            pinned_prefixes: s.pinned_bytes,
             disk_queued: s.disk.queued_bytes,
             disk_prefixes: s.disk.bytes,
             projector: 0,
@@ -339,6 +343,7 @@ impl MemoryLedger {
             + self.preempted
             + self.window_state
             + self.checkpoints
+            + self.pinned_prefixes
             + self.disk_queued
             + self.projector
             + self.media_cache

@@ -269,6 +269,13 @@ pub struct EngineStats {
     pub preempted_bytes: u64,
     /// The disk tier (`owner/kv/disk.rs`; zero when off).
     pub disk: DiskStats,
+    /// Pinned prefixes (`owner/pins.rs`): held now (entries, host bytes),
+    /// made, past their hold, refused for want of pin budget.
+    pub pinned_entries: usize,
+    pub pinned_bytes: u64,
+    pub pins_created: u64,
+    pub pins_expired: u64,
+    pub pins_refused: u64,
     /// How the model's memory holds a sequence: `attention`,
     /// `sliding_window`, `recurrent` or `hybrid` (`MemoryKind::name`).
     pub memory_kind: &'static str,

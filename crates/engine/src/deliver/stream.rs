@@ -57,6 +57,10 @@ pub struct Finished {
     pub prompt_tokens: u32,
     /// Prompt tokens whose state came from the prefix cache.
     pub cached_tokens: u32,
+    /// Prompt tokens this request newly pinned (`GenerateRequest::pin`;
+    /// 0 when a pin already held them, or the pin budget had no room):
+    /// Anthropic's `cache_creation_input_tokens`.
+    pub pinned_tokens: u32,
     pub completion_tokens: u32,
     /// Every sampled token, the end-of-generation token included.
     pub output_tokens: Vec<crate::runtime::TokenId>,

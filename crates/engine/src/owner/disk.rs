@@ -193,6 +193,7 @@ impl<B: Backend> Owner<B> {
                     data,
                     last_used: self.next_key,
                     lo: head.lo,
+                    pin: None,
                 });
                 true
             }

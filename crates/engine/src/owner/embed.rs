@@ -139,6 +139,7 @@ impl<B: EmbedBackend> EmbedOwner<B> {
                 }
                 Command::CancelAll => self.end_all(GenerationError::Shutdown),
                 Command::Stop => self.closed = true,
+                Command::Wake => {}
                 Command::LoadAdapter(_, reply) => {
                     let _ = reply.send(Err("embedding models take no LoRA adapters".into()));
                 }

@@ -31,6 +31,8 @@ pub(crate) enum Command {
     Embed(Box<EmbedSubmission>),
     /// Every slot's tokens in the cell map (`/debug/cells`).
     CellMap(tokio::sync::oneshot::Sender<Vec<CellSlot>>),
+    /// Nothing: the owner's timed work is due (`owner/pins.rs`'s alarm).
+    Wake,
 }
 
 pub(crate) struct Submission {

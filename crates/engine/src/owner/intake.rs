@@ -67,6 +67,7 @@ impl<B: Backend> Owner<B> {
                 Command::Cancel(id) => self.cancel_by_id(&id),
                 Command::CancelAll => self.cancel_all(),
                 Command::Stop => self.queue.closed = true,
+                Command::Wake => return true,
                 Command::LoadAdapter(spec, reply) => {
                     let _ = reply.send(self.load_adapter(&spec));
                 }

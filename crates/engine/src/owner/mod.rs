@@ -27,6 +27,7 @@ pub mod inbox;
 mod intake;
 pub mod kv;
 mod kvpublish;
+mod pins;
 pub mod plan;
 mod preempt;
 mod publish;
@@ -78,6 +79,8 @@ pub(crate) struct OwnerParts {
     /// The cores the steps share with the media encoder, turn by turn
     /// (a model with a projector).
     pub cores: Option<Arc<crate::cores::Cores>>,
+    /// The inbox, for the alarm that wakes an idle owner (pins' holds).
+    pub wake: Option<mpsc::WeakSender<Command>>,
 }
 
 /// A submitted request waiting for a slot: nothing allocated yet.
@@ -125,6 +128,8 @@ pub(crate) struct Owner<B: Backend> {
     policy: plan::tenancy::Policy,
     tenants: plan::tenancy::Counters,
     next_order: u64,
+    /// Wakes the owner when a pin's hold ends (`owner/pins.rs`).
+    pin_alarm: Option<pins::Alarm>,
 }
 
 impl<B: Backend> Owner<B> {
@@ -182,6 +187,10 @@ impl<B: Backend> Owner<B> {
             },
             tenants: plan::tenancy::Counters::default(),
             next_order: 0,
+            pin_alarm: args
+                .wake
+                .filter(|_| c.admit.pin_bytes > 0)
+                .and_then(pins::Alarm::start),
             config: c,
         };
         owner.disk_start();
@@ -202,6 +211,7 @@ impl<B: Backend> Owner<B> {
         // The disk tier's reports; while nothing runs, idle slots' entries
         // are written (before the intake blocks).
         self.disk_idle();
+        self.pins_tick();
         if !self.intake() {
             return false;
         }

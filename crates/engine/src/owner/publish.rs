@@ -36,6 +36,7 @@ impl<B: Backend> Owner<B> {
         let (host_bytes, host_entries) = (self.kv.host.bytes(), self.kv.host.len());
         let (preempted, preempted_bytes) = (self.queue.parked.len(), self.kv.host.parked);
         let disk = self.kv.disk.as_ref().map(|d| d.stats()).unwrap_or_default();
+        let (pinned_entries, pinned_bytes) = self.kv.host.pinned();
         let (checkpoints, checkpoint_bytes) = (self.kv.memory.count(), self.kv.memory.bytes());
         let physical = match (self.kv.state_base, self.kv.state_sampled) {
             // Every second while busy (it walks every cell: ~1-4 ms at 64 slots of 512), and always once idle (the loop then
@@ -86,8 +87,10 @@ impl<B: Backend> Owner<B> {
             s.checkpoint_bytes = checkpoint_bytes;
             s.preempted = preempted;
             s.preempted_bytes = preempted_bytes;
-            let disk_changed = s.disk != disk;
+            let disk_changed = s.disk != disk || s.pinned_bytes != pinned_bytes;
             s.disk = disk;
+            s.pinned_entries = pinned_entries;
+            s.pinned_bytes = pinned_bytes;
             if let Some(p) = physical {
                 s.kv_bytes_physical = p;
             }

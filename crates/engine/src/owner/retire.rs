@@ -56,7 +56,7 @@ impl<B: Backend> Owner<B> {
     /// The one place an admitted sequence ends: clear its slot's KV cells
     /// (the step that used them has completed), return the slot, drop the
     /// permit (releasing its reservation), queue its terminal event.
-    pub(super) fn retire(&mut self, seq: Sequence, outcome: Option<Outcome>) {
+    pub(super) fn retire(&mut self, mut seq: Sequence, outcome: Option<Outcome>) {
         // Finished or cancelled between steps, the slot's cells are sound:
         // the prefix cache keeps them. A failed step's cells are not.
         let sound = !matches!(outcome, Some(Outcome::Failed(_)));
@@ -66,6 +66,10 @@ impl<B: Backend> Owner<B> {
         } else {
             0
         };
+        if kept > 0 && outcome.is_some() {
+            // Its state pinned while the cells are whole (`owner/pins.rs`).
+            self.pin_retiring(&mut seq);
+        }
         if kept == 0 {
             self.kv_clear(seq.slot);
             self.kv.free_slots.push(seq.slot);

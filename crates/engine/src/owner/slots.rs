@@ -348,6 +348,7 @@ impl<B: Backend> Owner<B> {
                 data,
                 last_used: e.last_used,
                 lo: self.kv.memory.lo(e.slot),
+                pin: None,
             });
             self.send_to_disk(out);
             self.stats.send_modify(|s| s.prefix_spills += 1);
@@ -386,6 +387,10 @@ impl<B: Backend> Owner<B> {
         }
         let ms = t.elapsed().as_secs_f64() * 1e3;
         e.last_used = self.next_key;
+        if let Some(p) = e.pin.as_mut() {
+            // A use extends a pin's hold.
+            p.until = p.until.max(std::time::Instant::now() + p.ttl);
+        }
         let out = self.kv.host.insert(e);
         self.send_to_disk(out);
         self.stats.send_modify(|s| {

@@ -121,6 +121,11 @@ impl KvState {
         };
         let mut host = HostTier::new(host_bytes, c.admit.prefix_host_min);
         host.park_budget = c.admit.prefix_host_bytes;
+        host.pin_budget = if c.admit.prefix_cache {
+            c.admit.pin_bytes
+        } else {
+            0
+        };
         KvState {
             free_slots: (0..c.admit.max_seqs).collect(),
             cache,

@@ -29,7 +29,7 @@ use crate::http::error::ApiError;
 use crate::http::quota::{self, Charge};
 pub(crate) use crate::prepare::spec::Api;
 use crate::prepare::spec::{GenSpec, PromptInput};
-use crate::prepare::{forcing, media, validate};
+use crate::prepare::{forcing, media, pin, validate};
 
 pub(crate) async fn chat_completions(
     State(s): State<Shared>,
@@ -431,10 +431,10 @@ struct Tokenized {
 /// The prompt's tokens: a chat rendered through its template (its media
 /// decoded and encoded), text tokenized, token IDs as given; with the echo
 /// text and, for a chat, how its output is read and whether it starts
-/// inside a reasoning block.
+/// inside a reasoning block. A chat's pin gets its tokens here.
 async fn tokenize(
     s: &Shared,
-    spec: &GenSpec,
+    spec: &mut GenSpec,
     input: PromptInput,
     engine: &EngineHandle,
 ) -> Result<Tokenized, ApiError> {
@@ -449,7 +449,9 @@ async fn tokenize(
     Ok(match input {
         PromptInput::Chat(c, parts) => {
             let pr = engine.preparer();
+            let probe = pin::probe(spec, &c, !parts.is_empty());
             let (t, kinds) = chat_tokens(s, engine, c, parts).await?;
+            pin::settle(spec, probe, &t.tokens, pr).await;
             let output = Some(OutputCtx {
                 family: pr.family(),
                 tools: spec.tools.as_ref().map(|p| p.tools.clone()),
@@ -550,6 +552,7 @@ fn submit(
             speculative: spec.speculative,
             media: plan.media.clone(),
             tenancy: plan.tenancy.clone(),
+            pin: spec.pin,
         })?);
     }
     Ok(streams)

@@ -16,6 +16,7 @@ pub fn render_ledger(o: &mut String, l: &steward_engine::memory::MemoryLedger) {
         ("preempted", Some(l.preempted)),
         ("window_state", Some(l.window_state)),
         ("checkpoints", Some(l.checkpoints)),
+        ("pinned_prefixes", Some(l.pinned_prefixes)),
         ("disk_queued", Some(l.disk_queued)),
         ("projector", Some(l.projector)),
         ("media_cache", Some(l.media_cache)),

@@ -46,6 +46,12 @@ pub struct GenSpec {
     pub speculative: Option<steward_engine::SpecRequest>,
     /// `priority` asked for (lower runs first; `None`: none given).
     pub priority: Option<i32>,
+    /// Pin the prompt's state (`prepare::pin`: Anthropic `cache_control`,
+    /// `prompt_cache_key`; `None`: no pin). Its `tokens` are set once the
+    /// prompt is tokenized.
+    pub pin: Option<steward_engine::Pin>,
+    /// Chat messages the pin covers from the start (`None`: all of them).
+    pub pin_messages: Option<usize>,
 }
 
 // One per request, moved a few times: boxing the chat would buy nothing.

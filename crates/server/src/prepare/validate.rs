@@ -11,18 +11,22 @@ use steward_protocol::{ChatCompletionRequest, CompletionRequest, PromptSpec, Sam
 pub use super::limits::{check_grammar, check_logprob_volume, Limits};
 pub use super::spec::{GenSpec, PromptInput};
 use super::tools;
-use super::{chat_input, fields};
+use super::{chat_input, fields, pin};
 use crate::http::error::ApiError;
 
 pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     typed(object(body)?)
 }
 
-/// A body of an API whose fields are checked first (`fields::check`).
-fn parse_known<T: DeserializeOwned>(body: &[u8], known: &fields::Known) -> Result<T, ApiError> {
+/// A body checked field by field (`fields::check`), and the pin it asks for.
+fn parse_known<T: DeserializeOwned>(
+    body: &[u8],
+    known: &fields::Known,
+) -> Result<(T, pin::Asked), ApiError> {
     let v = object(body)?;
     fields::check(&v, known)?;
-    typed(v)
+    let asked = pin::asked(&v)?;
+    Ok((typed(v)?, asked))
 }
 
 fn object(body: &[u8]) -> Result<Value, ApiError> {
@@ -51,11 +55,9 @@ fn typed<T: DeserializeOwned>(v: Value) -> Result<T, ApiError> {
 
 /// A request body that must be one JSON object (the routes that read it
 /// as JSON themselves: embeddings, rerank, the dialects).
-pub(crate) fn json_object(
-    body: &[u8],
-) -> Result<serde_json::Map<String, serde_json::Value>, ApiError> {
-    match serde_json::from_slice::<serde_json::Value>(body) {
-        Ok(serde_json::Value::Object(m)) => Ok(m),
+pub(crate) fn json_object(body: &[u8]) -> Result<serde_json::Map<String, Value>, ApiError> {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Object(m)) => Ok(m),
         Ok(_) => Err(ApiError::invalid(
             "the request body must be a JSON object",
             None,
@@ -174,6 +176,8 @@ fn fields(
         reasoning: true,
         speculative: parse_speculative(s.speculative.as_ref())?,
         priority: priority_field(s.priority.as_ref())?,
+        pin: None,
+        pin_messages: None,
     })
 }
 
@@ -402,7 +406,7 @@ fn fresh_seed(request_seq: u64) -> u64 {
 }
 
 pub fn chat(body: &[u8], seq: u64, l: &Limits) -> Result<(GenSpec, PromptInput), ApiError> {
-    let mut r: ChatCompletionRequest = parse_known(body, fields::CHAT)?;
+    let (mut r, asked): (ChatCompletionRequest, _) = parse_known(body, fields::CHAT)?;
     if let Some(n) = r.tools.as_ref().and_then(Value::as_array).map(Vec::len) {
         if n > l.max_tools {
             return Err(ApiError::invalid_value(
@@ -455,6 +459,7 @@ pub fn chat(body: &[u8], seq: u64, l: &Limits) -> Result<(GenSpec, PromptInput),
     let mut spec = fields(r.sampling, seq, false, l)?;
     spec.model = r.model;
     spec.reasoning = reasoning;
+    asked.apply(&mut spec);
     let forced = plan.as_ref().is_some_and(tools::ToolPlan::forced);
     match (&spec.grammar, format, forced) {
         (_, Some(_), true) => {
@@ -487,7 +492,7 @@ pub fn completion(
     n_vocab: usize,
     l: &Limits,
 ) -> Result<(GenSpec, PromptInput), ApiError> {
-    let r: CompletionRequest = parse_known(body, fields::COMPLETIONS)?;
+    let (r, _): (CompletionRequest, _) = parse_known(body, fields::COMPLETIONS)?;
 
     if r.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
         return Err(ApiError::unsupported(

@@ -633,6 +633,7 @@ async fn timings_are_monotonic_and_ledger_adds_up() {
         "preempted",
         "window_state",
         "checkpoints",
+        "pinned_prefixes",
         "disk_queued",
         "projector",
         "media_cache",

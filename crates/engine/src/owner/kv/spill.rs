@@ -23,6 +23,17 @@ pub(crate) struct Spilled {
     /// Lowest position every layer held when saved (a sliding window's
     /// `lo`; 0 for full attention).
     pub lo: usize,
+    /// Pinned (`owner/pins.rs`): never evicted before `until`, counted in
+    /// the pin budget instead of the tier's. None: an ordinary entry.
+    pub pin: Option<PinHold>,
+}
+
+/// How long a pinned entry is held: until `until`, which each use moves
+/// to `ttl` from then.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PinHold {
+    pub until: std::time::Instant,
+    pub ttl: std::time::Duration,
 }
 
 #[derive(Debug, Default)]
@@ -37,6 +48,8 @@ pub(crate) struct HostTier {
     pub park_budget: u64,
     /// Shortest prefix worth saving or restoring, tokens.
     pub min_tokens: usize,
+    /// Most bytes pinned entries may hold (0: no pins).
+    pub pin_budget: u64,
 }
 
 impl HostTier {
@@ -47,6 +60,7 @@ impl HostTier {
             parked: 0,
             park_budget: budget,
             min_tokens: min_tokens.max(1),
+            pin_budget: 0,
         }
     }
 
@@ -76,6 +90,7 @@ impl HostTier {
         self.entries
             .iter()
             .enumerate()
+            .filter(|(_, x)| x.pin.is_none())
             .min_by_key(|(_, x)| x.last_used)
             .map(|(i, _)| i)
     }
@@ -84,12 +99,101 @@ impl HostTier {
         self.budget > 0
     }
 
+    /// Bytes of the ordinary (unpinned) entries: the tier's budget's.
     pub fn bytes(&self) -> u64 {
-        self.entries.iter().map(|e| e.data.len() as u64).sum()
+        self.entries
+            .iter()
+            .filter(|e| e.pin.is_none())
+            .map(|e| e.data.len() as u64)
+            .sum()
     }
 
+    /// Entries, pinned included.
     pub fn len(&self) -> usize {
         self.entries.len()
+    }
+
+    /// Pinned entries and their bytes.
+    pub fn pinned(&self) -> (usize, u64) {
+        self.entries
+            .iter()
+            .filter(|e| e.pin.is_some())
+            .fold((0, 0), |(n, b), e| (n + 1, b + e.data.len() as u64))
+    }
+
+    /// The pinned entry holding `tokens` (or more after them) under `key`:
+    /// its hold moves to `ttl` from `now` (at least); true when there is one.
+    pub fn refresh_pin(
+        &mut self,
+        key: PrefixKey,
+        tokens: &[TokenId],
+        now: std::time::Instant,
+        ttl: std::time::Duration,
+    ) -> bool {
+        let mut found = false;
+        for e in &mut self.entries {
+            if let Some(p) = e
+                .pin
+                .as_mut()
+                .filter(|_| e.key == key && e.tokens.starts_with(tokens))
+            {
+                p.ttl = p.ttl.max(ttl);
+                p.until = p.until.max(now + p.ttl);
+                found = true;
+            }
+        }
+        found
+    }
+
+    /// Keep a pinned entry within the pin budget (entries it extends are
+    /// replaced; pins never evict pins); the entry back when it is not
+    /// pinned or the budget has no room.
+    pub fn pin(&mut self, mut e: Spilled) -> Result<(), Spilled> {
+        let size = e.data.len() as u64;
+        let redundant = |x: &Spilled| x.key == e.key && e.tokens.starts_with(&x.tokens);
+        let freed: u64 = self
+            .entries
+            .iter()
+            .filter(|x| x.pin.is_some() && redundant(x))
+            .map(|x| x.data.len() as u64)
+            .sum();
+        if e.pin.is_none() || self.pinned().1 - freed + size > self.pin_budget {
+            return Err(e);
+        }
+        let until = self
+            .entries
+            .iter()
+            .filter(|x| redundant(x))
+            .filter_map(|x| x.pin.map(|p| p.until))
+            .max();
+        let (key, tokens) = (e.key, std::mem::take(&mut e.tokens));
+        self.entries
+            .retain(|x| !(x.key == key && tokens.starts_with(&x.tokens)));
+        e.tokens = tokens;
+        if let (Some(p), Some(u)) = (e.pin.as_mut(), until) {
+            p.until = p.until.max(u);
+        }
+        self.entries.push(e);
+        Ok(())
+    }
+
+    /// Pins whose hold has passed become ordinary entries (then kept or
+    /// evicted like any: `trim`). Returns how many, and the earliest hold
+    /// still running.
+    pub fn expire(&mut self, now: std::time::Instant) -> (usize, Option<std::time::Instant>) {
+        let mut n = 0;
+        let mut next: Option<std::time::Instant> = None;
+        for e in &mut self.entries {
+            match e.pin {
+                Some(p) if p.until <= now => {
+                    e.pin = None;
+                    n += 1;
+                }
+                Some(p) => next = Some(next.map_or(p.until, |t| t.min(p.until))),
+                None => {}
+            }
+        }
+        (n, next)
     }
 
     /// Keep `e`, evicting least recently used entries to fit the budget.
@@ -97,6 +201,13 @@ impl HostTier {
     /// is dropped. Returns what did not stay and is not covered (the
     /// entries evicted, or `e` itself when it cannot fit): the disk tier's.
     pub fn insert(&mut self, e: Spilled) -> Vec<Spilled> {
+        // A pinned entry (back from a restore): pinned again, or, with no
+        // room after all, an ordinary one.
+        let mut e = match self.pin(e) {
+            Ok(()) => return Vec::new(),
+            Err(e) => e,
+        };
+        e.pin = None;
         let size = e.data.len() as u64;
         if e.tokens.len() < self.min_tokens {
             return Vec::new();
@@ -114,7 +225,7 @@ impl HostTier {
             return vec![e];
         }
         self.entries
-            .retain(|x| !(x.key == e.key && e.tokens.starts_with(&x.tokens)));
+            .retain(|x| x.pin.is_some() || !(x.key == e.key && e.tokens.starts_with(&x.tokens)));
         let mut out = Vec::new();
         while self.bytes() + self.parked + size > self.budget {
             let Some(i) = self.lru() else {
@@ -190,6 +301,7 @@ mod tests {
             data: vec![0; bytes],
             last_used: t,
             lo: 0,
+            pin: None,
         }
     }
 
@@ -249,6 +361,57 @@ mod tests {
         h.insert(sp(&[1, 2], 10, 3));
         assert_eq!(h.len(), 1);
         assert_eq!(h.entries[0].tokens, vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn pins_hold_past_eviction_until_they_expire() {
+        use std::time::{Duration, Instant};
+        let t0 = Instant::now();
+        let hold = |s: u64| {
+            Some(PinHold {
+                until: t0 + Duration::from_secs(s),
+                ttl: Duration::from_secs(s),
+            })
+        };
+        let mut h = HostTier::new(50, 2);
+        h.pin_budget = 100;
+        let pinned = Spilled {
+            pin: hold(10),
+            ..sp(&[1, 2, 3], 60, 1)
+        };
+        assert!(h.pin(pinned).is_ok());
+        assert_eq!(
+            (h.pinned(), h.bytes()),
+            ((1, 60), 0),
+            "outside the tier's budget"
+        );
+        // Ordinary entries come and go; the pin stays.
+        h.insert(sp(&[4, 5], 40, 2));
+        h.insert(sp(&[6, 7], 40, 3));
+        assert_eq!(h.len(), 2);
+        assert!(h
+            .best(PrefixKey::default(), &[1, 2, 3, 9], |_, m| m)
+            .is_some());
+        // An ordinary entry it extends does not replace it.
+        h.insert(sp(&[1, 2], 10, 4));
+        assert_eq!(h.pinned().0, 1);
+        // No room in the pin budget: the entry comes back.
+        assert!(h
+            .pin(Spilled {
+                pin: hold(10),
+                ..sp(&[8, 8], 60, 5)
+            })
+            .is_err());
+        // A use moves the hold; past it the pin is an ordinary entry.
+        assert!(h.refresh_pin(PrefixKey::default(), &[1, 2], t0, Duration::from_secs(20)));
+        assert_eq!(
+            h.expire(t0 + Duration::from_secs(15)),
+            (0, Some(t0 + Duration::from_secs(20)))
+        );
+        assert_eq!(h.expire(t0 + Duration::from_secs(21)).0, 1);
+        assert_eq!(h.pinned(), (0, 0));
+        assert!(!h.trim().is_empty(), "then evicted like any");
+        assert!(h.bytes() <= 50);
     }
 
     #[test]

@@ -83,6 +83,7 @@ fn harness_kind(c: EngineConfig, memory: FakeMemory) -> Harness {
         },
         adapters: Default::default(),
         cores: None,
+        wake: None,
     };
     let kind = match memory {
         FakeMemory::Attention => MemoryKind::Attention,

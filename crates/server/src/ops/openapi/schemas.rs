@@ -421,6 +421,7 @@ fn ledger() -> Value {
         "preempted",
         "window_state",
         "checkpoints",
+        "pinned_prefixes",
         "disk_queued",
         "disk_prefixes",
         "compute_buffers",
