@@ -6,8 +6,12 @@ is killed (SIGKILL) at a random moment (a fixed seed) while they run,
 `--kills` times, and started again on the same directory each time. After
 each restart: the server comes up, every response whose 200 a client got
 before the kill answers GET with the body the client got, and every one
-whose DELETE got a 200 answers 404. At the end, after a SIGTERM, SQLite's
-`integrity_check` of steward.db says ok.
+whose DELETE got a 200 answers 404, and the prompt cache's disk tier
+(`kv/`: each client's prompts share a ~200-token preamble, written to disk
+while the server is idle between requests and when a slot is evicted, no
+host tier) found no corrupt entry at its scan. At the end, after a SIGTERM,
+SQLite's `integrity_check` of steward.db says ok, and the disk tier held
+entries after some restart (the kills landed around real writes).
 
 Usage: python state_kill_check.py STEWARD_BINARY [--kills N] [--seed S]
 Prints a line per check; exits non-zero if any fails.
@@ -42,9 +46,11 @@ class Acked:
         self.sent = 0
 
 
-def client(base, acked, stop, rng):
+def client(base, acked, stop, rng, k):
     """Requests in a loop while the server is up (`base[0]` set)."""
     n = 0
+    preamble = " ".join(f"Line {i} of client {k}'s log: the pump at station {i % 5} ran."
+                        for i in range(12))
     while not stop.is_set():
         url = base[0]
         if url is None:
@@ -65,7 +71,7 @@ def client(base, acked, stop, rng):
                 elif st == 404:
                     acked.wrong.append(f"DELETE of kept {pick}: 404")
             continue
-        body = {"model": "smol", "input": f"Say {n}.", "max_output_tokens": 4,
+        body = {"model": "smol", "input": f"{preamble}\nSay {n}.", "max_output_tokens": 4,
                 "temperature": 0, "store": True}
         if pick and n % 4 == 0:
             body["previous_response_id"] = pick
@@ -91,7 +97,8 @@ def start(binary, state, logdir, k):
     log = open(os.path.join(logdir, f"server-{k}.log"), "w")
     proc = subprocess.Popen(
         [binary, "serve", "--host", "127.0.0.1", "--port", str(port), "--max-seqs", "4",
-         "--ctx-per-seq", "512", "--served-model-name", "smol", "--state-dir", state],
+         "--ctx-per-seq", "512", "--served-model-name", "smol", "--state-dir", state,
+         "--prefix-host-mb", "0", "--prefix-host-min", "64", "--disk-cache-gb", "1"],
         stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + READY_GUARD
@@ -127,6 +134,30 @@ def check_kept(url, acked, after):
           if lost or changed or back else ""))
 
 
+def metric(text, name):
+    for line in text.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def check_disk(url, k):
+    """The disk tier's scan (polled until it has reported) found no entry
+    that failed its checks: a kill leaves whole files or `.tmp` leftovers.
+    Returns the entries it holds."""
+    deadline = time.time() + READY_GUARD
+    text = ""
+    while time.time() < deadline:
+        st, text = http(f"{url}/metrics", timeout=30)
+        if st == 200 and metric(text, "steward_prefix_disk_entries") is not None:
+            break
+        time.sleep(0.05)
+    corrupt = metric(text, "steward_prefix_disk_corrupt_total")
+    if corrupt:
+        ok(False, f"start {k}: the disk tier found {corrupt:.0f} corrupt entries")
+    return metric(text, "steward_prefix_disk_entries") or 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("binary")
@@ -137,12 +168,12 @@ def main():
     d = tempfile.mkdtemp(prefix="steward-state-kill-")
     state = os.path.join(d, "state")
     acked, stop, base = Acked(), threading.Event(), [None]
-    threads = [threading.Thread(target=client, args=(base, acked, stop, random.Random(a.seed + i)),
+    threads = [threading.Thread(target=client, args=(base, acked, stop, random.Random(a.seed + i), i),
                                 daemon=True) for i in range(2)]
     for t in threads:
         t.start()
     t0 = time.time()
-    proc = None
+    proc, disk_entries = None, 0
     try:
         for k in range(a.kills + 1):
             proc, url = start(a.binary, state, d, k)
@@ -150,6 +181,7 @@ def main():
                 ok(False, f"start {k}: the server came up (log: {d}/server-{k}.log)")
                 break
             check_kept(url, acked, "first start" if k == 0 else f"restart {k} after a SIGKILL")
+            disk_entries = max(disk_entries, check_disk(url, k))
             if k == a.kills:
                 break
             with acked.lock:
@@ -179,6 +211,7 @@ def main():
     check = db.execute("PRAGMA integrity_check").fetchone()[0]
     db.close()
     ok(check == "ok", f"steward.db integrity_check after {a.kills} kills: {check}")
+    ok(disk_entries > 0, f"the disk tier held entries after a restart (at most {disk_entries})")
     print(f"state kill: {len(acked.kept)} responses acked, {len(acked.deleted)} deleted, "
           f"{acked.sent} sent, {a.kills} kills in {time.time() - t0:.0f} s: "
           f"{'all passed' if not failures else f'{len(failures)} failed'} (logs in {d})")
