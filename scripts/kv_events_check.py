@@ -13,6 +13,8 @@ them against the server's cell map.
     cache and evicts from it, with prompts sharing a prefix;
   - each BlockStored's parent is a block already stored, its token_ids are
     the block's tokens, block_size 64;
+  - the disk tier's blocks (idle slots' conversations written between
+    requests) arrive as medium DISK, each a block the cells held;
   - unloading the model (POST /admin/models/NAME/unload) ends with
     AllBlocksCleared.
 
@@ -51,6 +53,7 @@ class Subscriber:
         self.sock.setsockopt(zmq.SUBSCRIBE, b"kv@")
         self.sock.connect(endpoint)
         self.blocks = {}
+        self.disk = {}  # medium DISK: the disk tier's blocks
         self.seqs = []
         self.topics = set()
         self.kinds = {}
@@ -91,24 +94,27 @@ class Subscriber:
                     self.errors.append(f"BlockStored has {len(ev)} fields")
                     continue
                 _, hashes, parent, tokens, block_size, lora_id, medium = ev
-                if block_size != B or len(tokens) != B * len(hashes) or medium not in ("CPU", "GPU"):
+                if block_size != B or len(tokens) != B * len(hashes) or medium not in ("CPU", "GPU", "DISK"):
                     self.errors.append(f"BlockStored fields: size {block_size}, {len(tokens)} tokens, medium {medium}")
-                if parent is not None and parent not in self.blocks:
-                    self.errors.append(f"parent {parent} not stored")
+                blocks = self.disk if medium == "DISK" else self.blocks
+                if parent is not None and parent not in blocks:
+                    self.errors.append(f"parent {parent} not stored ({medium})")
                 p = parent
                 for i, h in enumerate(hashes):
-                    if h in self.blocks:
-                        self.errors.append(f"block {h} stored twice")
-                    self.blocks[h] = (p, tokens[i * B:(i + 1) * B])
+                    if h in blocks:
+                        self.errors.append(f"block {h} stored twice ({medium})")
+                    blocks[h] = (p, tokens[i * B:(i + 1) * B])
                     p = h
             elif kind == "BlockRemoved":
                 if len(ev) != 3:
                     self.errors.append(f"BlockRemoved has {len(ev)} fields")
+                blocks = self.disk if ev[2] == "DISK" else self.blocks
                 for h in ev[1]:
-                    if self.blocks.pop(h, None) is None:
-                        self.errors.append(f"block {h} removed, never stored")
+                    if blocks.pop(h, None) is None:
+                        self.errors.append(f"block {h} removed, never stored ({ev[2]})")
             elif kind == "AllBlocksCleared":
                 self.blocks.clear()
+                self.disk.clear()
             else:
                 self.errors.append(f"unknown event {kind}")
 
@@ -174,7 +180,7 @@ def main():
         [steward, "serve", "--port", str(port), "--model", f"smol={path}", "--model", f"other={path}",
          "--max-seqs", "2",
          "--ctx-per-seq", "1024", "--threads", "2", "--kv-events", ep, "--kv-events-topic", "kv@replica-a@{model}",
-         "--api-key", KEY],
+         "--api-key", KEY, "--state-dir", os.path.join(d, "state")],
         stdout=subprocess.DEVNULL, stderr=open(log, "w"))
     base = f"http://127.0.0.1:{port}"
     try:
@@ -194,6 +200,7 @@ def main():
             [{"role": "system", "content": system}, {"role": "user", "content": "Question one?"}],
             [{"role": "user", "content": "A third topic, long enough for blocks. " * 16}],
         ]
+        cpu_seen = set()
         for i, msgs in enumerate(prompts):
             st, text = http(base + "/v1/chat/completions",
                             {"model": "smol", "messages": msgs, "max_tokens": 8, "temperature": 0})
@@ -202,6 +209,7 @@ def main():
             want = expected(chains)
             same = settle(sub, set(want))
             view = sub.view()
+            cpu_seen.update(view)
             ok(same, f"after request {i}: the events' blocks equal the cell map's "
                      f"({len(view)} vs {len(want)} blocks, {sum(len(c) for _, c in chains)} in slots)")
             ok(all(view[h][1] == want[h][1] and view[h][0] == want[h][0] for h in want if h in view),
@@ -211,6 +219,16 @@ def main():
         ok(kinds.get("BlockStored", 0) > 0 and kinds.get("BlockRemoved", 0) > 0,
            f"both kinds seen under eviction ({kinds})")
         ok(not errors, f"no malformed or inconsistent event ({errors[:3]})")
+        # The idle slots' conversations went to the disk tier between
+        # requests: their blocks, medium DISK, each within a chain the
+        # cells held (the same hashes).
+        end = time.monotonic() + 60
+        while time.monotonic() < end and not sub.disk:
+            time.sleep(0.05)
+        with sub.lock:
+            disk = dict(sub.disk)
+        ok(disk and all(h in cpu_seen for h in disk),
+           f"the disk tier's blocks reported as medium DISK ({len(disk)}), each one the cells held")
         ok(seqs == list(range(seqs[0], seqs[0] + len(seqs))) if seqs else False,
            f"sequence numbers count up by one ({seqs[:3]}…{seqs[-1:]})")
         ok("kv@replica-a@smol" in topics and all(t.startswith("kv@replica-a@") for t in topics),

@@ -33,7 +33,11 @@ impl<B: Backend> Owner<B> {
         let dir = root.join(format!("{:016x}", self.prefix_key.model));
         match DiskIo::start(dir.clone(), QUEUE) {
             Ok(io) => {
-                self.kv.disk = Some(DiskTier::new(dir, c.disk_bytes, c.prefix_host_min));
+                let mut disk = DiskTier::new(dir, c.disk_bytes, c.prefix_host_min);
+                if self.kv.out.is_some() {
+                    disk.track_blocks();
+                }
+                self.kv.disk = Some(disk);
                 self.kv.disk_io = Some(io);
             }
             Err(e) => {
@@ -98,6 +102,7 @@ impl<B: Backend> Owner<B> {
         if any {
             // Published now: the loop may block on its inbox next.
             self.publish(None);
+            self.emit_kv_events();
         }
     }
 

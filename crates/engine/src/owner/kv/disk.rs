@@ -13,9 +13,11 @@
 //! recently used out; an entry that is a prefix of another is redundant
 //! (the longer one serves every prompt the shorter one would).
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 
 use crate::owner::kv::diskfile::Header;
+use crate::owner::kv::events::{block_hash, lora_id, KvEvent, BLOCK_TOKENS};
 use crate::owner::kv::key::{common_prefix, PrefixKey};
 use crate::runtime::TokenId;
 
@@ -66,6 +68,11 @@ pub(crate) struct DiskTier {
     pub read_bw: Option<f64>,
     pub write_bw: Option<f64>,
     pub counters: DiskCounters,
+    /// KV events (`--kv-events`, medium `DISK`): the full blocks the
+    /// entries hold, each with how many entries hold it (None: not
+    /// tracked), and the events not yet sent.
+    blocks: Option<HashMap<u64, u32>>,
+    pub events: Vec<KvEvent>,
 }
 
 /// The bandwidth assumed before any read is measured: 1 GB/s.
@@ -84,7 +91,68 @@ impl DiskTier {
             read_bw: None,
             write_bw: None,
             counters: DiskCounters::default(),
+            blocks: None,
+            events: Vec::new(),
         }
+    }
+
+    /// Report the blocks entries hold as KV events.
+    pub fn track_blocks(&mut self) {
+        self.blocks = Some(HashMap::new());
+    }
+
+    /// An entry joins (`held` true) or leaves the index: its blocks'
+    /// counts, and the events for those first held or last released.
+    fn note(&mut self, head: &Header, held: bool) {
+        let Some(blocks) = self.blocks.as_mut() else {
+            return;
+        };
+        let (mut parent, mut first) = (0u64, None);
+        let mut hashes = Vec::new();
+        for (i, chunk) in head.tokens.chunks_exact(BLOCK_TOKENS).enumerate() {
+            let h = block_hash(parent, &head.key, chunk);
+            let n = blocks.entry(h).or_insert(0);
+            if held {
+                *n += 1;
+                if *n == 1 {
+                    first.get_or_insert((i, (i > 0).then_some(parent)));
+                    hashes.push(h);
+                }
+            } else {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    blocks.remove(&h);
+                    hashes.push(h);
+                }
+            }
+            parent = h;
+        }
+        if hashes.is_empty() {
+            return;
+        }
+        self.events.push(match (held, first) {
+            (true, Some((i, parent))) => KvEvent::Stored {
+                tokens: head.tokens[i * BLOCK_TOKENS..(i + hashes.len()) * BLOCK_TOKENS].to_vec(),
+                hashes,
+                parent,
+                lora_id: lora_id(&head.key),
+            },
+            _ => KvEvent::Removed { hashes },
+        });
+    }
+
+    /// Every block the entries hold, as `Stored` events (a resync).
+    pub fn block_snapshot(&mut self) -> Vec<KvEvent> {
+        if self.blocks.is_none() {
+            return Vec::new();
+        }
+        self.blocks = Some(HashMap::new());
+        self.events.clear();
+        let heads: Vec<Header> = self.entries.iter().map(|e| e.head.clone()).collect();
+        for h in &heads {
+            self.note(h, true);
+        }
+        std::mem::take(&mut self.events)
     }
 
     pub fn bytes(&self) -> u64 {
@@ -146,17 +214,27 @@ impl DiskTier {
             return vec![e.path];
         }
         let mut gone = Vec::new();
+        let mut left = Vec::new();
         self.entries.retain(|x| {
             let redundant = x.head.key == key && tokens.starts_with(&x.head.tokens);
-            if redundant && x.path != e.path {
-                gone.push(x.path.clone());
+            if redundant {
+                left.push(x.head.clone());
+                if x.path != e.path {
+                    gone.push(x.path.clone());
+                }
             }
             !redundant
         });
+        self.note(&e.head, true);
+        for h in &left {
+            self.note(h, false);
+        }
         self.entries.push(e);
         while self.bytes() > self.budget && self.entries.len() > 1 {
             let Some(i) = self.lru() else { break };
-            gone.push(self.entries.swap_remove(i).path);
+            let x = self.entries.swap_remove(i);
+            self.note(&x.head, false);
+            gone.push(x.path);
             self.counters.evictions += 1;
         }
         gone
@@ -206,7 +284,9 @@ impl DiskTier {
 
     /// Drop entry `i` from the index (its file is the caller's to delete).
     pub fn remove(&mut self, i: usize) -> Option<DiskEntry> {
-        (i < self.entries.len()).then(|| self.entries.swap_remove(i))
+        let x = (i < self.entries.len()).then(|| self.entries.swap_remove(i))?;
+        self.note(&x.head, false);
+        Some(x)
     }
 
     pub fn touch(&mut self, i: usize, now_ms: u64) {
@@ -301,6 +381,47 @@ mod tests {
             !d.wants(PrefixKey::default(), &[9, 9], 500),
             "past the budget"
         );
+    }
+
+    #[test]
+    fn blocks_are_reported_once_while_any_entry_holds_them() {
+        let mut d = DiskTier::new(PathBuf::new(), 1 << 30, 2);
+        d.track_blocks();
+        let a: Vec<TokenId> = (0..130).collect();
+        let mut b: Vec<TokenId> = (0..64).collect();
+        b.extend(1000..1064);
+        d.add(de(&a, 10, 1));
+        let KvEvent::Stored {
+            hashes,
+            parent,
+            tokens,
+            ..
+        } = d.events.remove(0)
+        else {
+            panic!("stored")
+        };
+        assert_eq!((hashes.len(), parent, tokens.len()), (2, None, 128));
+        // A second entry shares the first block: only its second is new.
+        d.add(de(&b, 10, 2));
+        let KvEvent::Stored {
+            hashes: hb, parent, ..
+        } = d.events.remove(0)
+        else {
+            panic!("stored")
+        };
+        assert_eq!((hb.len(), parent), (1, Some(hashes[0])));
+        // The first leaves: only its own second block goes.
+        let i = (0..d.len())
+            .find(|&i| d.entry(i).unwrap().head.tokens == a)
+            .unwrap();
+        d.remove(i);
+        assert_eq!(
+            d.events.remove(0),
+            KvEvent::Removed {
+                hashes: vec![hashes[1]]
+            }
+        );
+        assert_eq!(d.block_snapshot().len(), 1, "the one entry's chain");
     }
 
     #[test]
