@@ -5,8 +5,9 @@ Usage: agent_api_check.py ROOT_URL API_KEY PROFILE
   smol   : Anthropic Messages (whole, streamed, tool round trip, stop
            sequences, count_tokens, errors, the SDK's beta tool runner on
            its defaults: a server-side thread refused with the code it falls
-           back on, then a two-turn tool run), fields refused in each API's
-           shape, and OpenAI Responses (whole,
+           back on, then a two-turn tool run; `cache_control` pinning a
+           system prompt, read back, released after the server's
+           --pin-max-ttl-s), fields refused in each API's shape, and OpenAI Responses (whole,
            streamed, function-call round trip, previous_response_id, store,
            text.format) on the default model served as "smol".
   vision : Anthropic Messages with an `image` block (a base64 PNG made here
@@ -26,6 +27,7 @@ import json
 import math
 import os
 import sys
+import time
 import urllib.error
 import urllib.request
 
@@ -59,6 +61,16 @@ def http(method, path, body=None, headers=None):
         return e.code, json.loads(e.read() or b"null")
 
 
+
+
+def metric(name, model="smol"):
+    """A metric's value for `model` in /metrics (None when absent)."""
+    req = urllib.request.Request(root + "/metrics", headers={"Authorization": f"Bearer {key}"})
+    for line in urllib.request.urlopen(req, timeout=30).read().decode().splitlines():
+        head, _, value = line.rpartition(" ")
+        if head in (name, f'{name}{{model="{model}"}}'):
+            return float(value)
+    return None
 
 
 def prompt_tokens(u):
@@ -268,6 +280,57 @@ if profile == "smol":
             assert s == 400 and v["error"]["param"] == field, (path, s, v)
             assert code is None or v["error"]["code"] == code, (path, v)
 
+    # A system prompt of well over 300 tokens, the same in every request of
+    # a run and new to the server (its first words differ from run to run).
+    rules = f"Session {os.urandom(4).hex()}. " + " ".join(f"Rule {i}: answer in plain words, keep to the question, and never mention "
+                     f"the number {i * 7} or the colour of item {i}." for i in range(1, 21))
+
+    def a_cache_control():
+        """`cache_control` on a long system prompt: the first request pins it (cache_creation_input_tokens),
+        later ones with another question read it (cache_read_input_tokens), whole and streamed; once no request
+        uses it for its TTL (the server's --pin-max-ttl-s 3), the pin is gone."""
+        created0 = metric("steward_pins_created_total")
+        system = [{"type": "text", "text": rules, "cache_control": {"type": "ephemeral"}}]
+        ask = lambda q: dict(model="smol", max_tokens=4, system=system, extra_body=GREEDY,  # noqa: E731
+                             messages=[{"role": "user", "content": q}])
+        r1 = ac.messages.create(**ask("Say hi."))
+        u1 = r1.usage
+        n = ac.messages.count_tokens(model="smol", system=system, messages=ask("Say hi.")["messages"])
+        assert prompt_tokens(u1) == n.input_tokens >= 300, (u1, n)
+        assert 0 < u1.cache_creation_input_tokens < prompt_tokens(u1), u1
+        assert u1.cache_creation.ephemeral_5m_input_tokens == u1.cache_creation_input_tokens, u1
+        assert metric("steward_pins_created_total") > created0
+        r2 = ac.messages.create(**ask("Say bye."))
+        u2 = r2.usage
+        assert u2.cache_read_input_tokens > 0 and u2.cache_creation_input_tokens == 0, u2
+        with ac.messages.stream(**ask("Say yes.")) as st:
+            u3 = st.get_final_message().usage
+        assert u3.cache_read_input_tokens > 0, u3
+        try:
+            ac.messages.create(**{**ask("x"), "system": [{**system[0], "cache_control": {"type": "ephemeral",
+                                                                                         "ttl": "2h"}}]})
+            raise AssertionError("ttl 2h accepted")
+        except anthropic.BadRequestError as e:
+            assert "system[0].cache_control.ttl" in str(e), e
+        # OpenAI's prompt_cache_key / prompt_cache_retention pin through chat completions too.
+        c = oc.chat.completions.create(model="smol", max_tokens=2, temperature=0, prompt_cache_key="rules",
+                                       prompt_cache_retention="24h",
+                                       messages=[{"role": "system", "content": rules},
+                                                 {"role": "user", "content": "Say hi."}])
+        assert c.usage.prompt_tokens_details.cached_tokens > 0, c.usage
+        s, v = http("POST", "/v1/chat/completions", {"model": "smol", "max_tokens": 2, "messages": msg,
+                                                      "prompt_cache_retention": "1w"})
+        assert s == 400 and v["error"]["param"] == "prompt_cache_retention", (s, v)
+        # After the TTL (3 s, from the last use) every pin is released; generous deadline.
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            expired, held = metric("steward_pins_expired_total"), metric("steward_pinned_prefixes")
+            if expired >= 1 and held == 0:
+                return (f"pinned {u1.cache_creation_input_tokens} of {prompt_tokens(u1)}, read "
+                        f"{u2.cache_read_input_tokens}; {expired:.0f} pins expired")
+            time.sleep(0.2)
+        raise AssertionError(("pins still held", expired, held))
+
     def r_whole():
         r = oc.responses.create(model="smol", input="Name three colours.", instructions="Be brief.",
                                 max_output_tokens=12, temperature=0)
@@ -382,6 +445,7 @@ if profile == "smol":
                      ("anthropic stream", a_stream), ("anthropic tool round trip", a_tool_round_trip),
                      ("anthropic tool stream", a_tool_stream), ("anthropic count_tokens", a_count_tokens),
                      ("anthropic errors", a_errors), ("anthropic beta tool_runner, on its defaults", a_tool_runner),
+                     ("anthropic cache_control pins a system prompt, released after its TTL", a_cache_control),
                      ("fields that would change the answer refused, each API's shape", fields_refused),
                      ("responses whole", r_whole),
                      ("responses stream", r_stream), ("responses function round trip", r_function_round_trip),

@@ -58,7 +58,8 @@ check() {
 }
 
 failed=0
-check smol --served-model-name smol || failed=1
+# Pins held 3 s at most: the check sees one released (no timed assertion).
+check smol --served-model-name smol --pin-max-ttl-s 3 || failed=1
 check minilm --model "minilm=$minilm" || failed=1
 check vision --served-model-name smol --mmproj target/mmproj/gemma3.gguf || failed=1
 exit $failed

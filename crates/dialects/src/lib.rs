@@ -65,6 +65,11 @@ pub struct Usage {
     pub output_tokens: u32,
     /// Prompt tokens whose state came from the prefix cache.
     pub cached_tokens: u32,
+    /// Prompt tokens this request newly pinned (Anthropic's
+    /// `cache_creation_input_tokens`).
+    pub pinned_tokens: u32,
+    /// The TTL the request's pin asked for, seconds (0: no pin).
+    pub pin_ttl_s: u64,
 }
 
 impl From<&steward_protocol::Usage> for Usage {
@@ -76,6 +81,7 @@ impl From<&steward_protocol::Usage> for Usage {
                 .prompt_tokens_details
                 .as_ref()
                 .map_or(0, |d| d.cached_tokens),
+            ..Usage::default()
         }
     }
 }

@@ -3,8 +3,10 @@
 //! and [`MessageStream`] give the answer back as a `message` object or as
 //! its stream of events; [`error_body`] and [`from_openai_error`] give
 //! errors in Anthropic's shape (with `details.error_code` where the API
-//! defines one: [`error_code`]).
+//! defines one: [`error_code`]). `cache_control` breakpoints become a pin
+//! of the prompt, and `usage` says what the cache read and kept (`cache`).
 
+mod cache;
 mod reply;
 mod request;
 
@@ -14,6 +16,8 @@ pub use reply::{
 };
 pub use request::{error_code, to_chat, Translated};
 
+#[cfg(test)]
+mod tests_cache;
 #[cfg(test)]
 mod tests_reply;
 #[cfg(test)]

@@ -4,6 +4,7 @@
 use serde_json::{json, Value};
 use steward_protocol::ChatCompletionResponse;
 
+use super::cache::usage_json;
 pub use crate::error::error_kind_for_status;
 use crate::error::DialectError;
 use crate::{Finish, Out, Piece, Usage};
@@ -53,18 +54,6 @@ fn finish_of(reason: Option<&str>, calls: bool, stop_sequence: Option<&str>) -> 
         (_, Some(s)) => Finish::StopSequence(s.to_string()),
         _ => Finish::Stop,
     }
-}
-
-/// Anthropic's usage: `input_tokens` counts the prompt tokens not read
-/// from the cache; those are `cache_read_input_tokens`.
-fn usage_json(u: &Usage) -> Value {
-    let cached = u.cached_tokens.min(u.input_tokens);
-    json!({
-        "input_tokens": u.input_tokens - cached,
-        "output_tokens": u.output_tokens,
-        "cache_read_input_tokens": cached,
-        "cache_creation_input_tokens": 0,
-    })
 }
 
 /// The whole answer as a Messages API `message` object. `stop_sequence`:

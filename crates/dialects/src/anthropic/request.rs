@@ -2,6 +2,7 @@
 
 use serde_json::{json, Map, Value};
 
+use super::cache::Breakpoints;
 use crate::error::DialectError;
 use crate::fields::{
     at, check_known, empty_list, idx, missing, unsupported, wrong_type, Known, Obj, Rule, R,
@@ -58,7 +59,7 @@ pub(crate) const FIELDS: &Known = &[
     ("service_tier", Rule::Ignored),
     ("inference_geo", Rule::Ignored),
     ("speed", Rule::Ignored),
-    ("cache_control", Rule::Ignored),
+    ("cache_control", Rule::Honoured),
     ("diagnostics", Rule::Ignored),
     ("billing_policy", Rule::Ignored),
     ("fallback_credit_token", Rule::Ignored),
@@ -117,10 +118,14 @@ pub fn to_chat(body: &Value) -> Result<Translated, DialectError> {
         .ok_or_else(|| missing("max_tokens"))?;
     chat.insert("max_tokens".into(), max_tokens.into());
 
+    // `cache_control` breakpoints, the request's own first (`cache`).
+    let mut bp = Breakpoints::default();
+    bp.mark_all(&b)?;
     let mut messages = Vec::new();
-    if let Some(s) = system(&b)? {
+    if let Some(s) = system(&b, &mut bp)? {
         messages.push(json!({"role": "system", "content": s}));
     }
+    let system_messages = messages.len();
     let list = b.arr("messages")?.ok_or_else(|| missing("messages"))?;
     if list.is_empty() {
         return Err(DialectError::invalid(
@@ -129,8 +134,9 @@ pub fn to_chat(body: &Value) -> Result<Translated, DialectError> {
         ));
     }
     for (i, m) in list.iter().enumerate() {
-        message(m, &idx("messages", i), &mut messages)?;
+        message(m, &idx("messages", i), &mut messages, &mut bp)?;
     }
+    let message_count = messages.len();
     chat.insert("messages".into(), Value::Array(messages));
 
     let mut stop_sequences = Vec::new();
@@ -166,7 +172,7 @@ pub fn to_chat(body: &Value) -> Result<Translated, DialectError> {
         let tools = list
             .iter()
             .enumerate()
-            .map(|(i, t)| tool(t, &idx("tools", i)))
+            .map(|(i, t)| tool(t, &idx("tools", i), &mut bp, system_messages))
             .collect::<R<Vec<_>>>()?;
         if !tools.is_empty() {
             chat.insert("tools".into(), Value::Array(tools));
@@ -192,6 +198,9 @@ pub fn to_chat(body: &Value) -> Result<Translated, DialectError> {
             chat.insert("user".into(), u.into());
         }
     }
+    if let Some(pin) = bp.cache_pin(message_count) {
+        chat.insert("cache_pin".into(), pin);
+    }
     Ok(Translated {
         chat: Value::Object(chat),
         stream,
@@ -202,13 +211,15 @@ pub fn to_chat(body: &Value) -> Result<Translated, DialectError> {
     })
 }
 
-/// `system`: a string, or text blocks (joined).
-fn system(b: &Obj) -> R<Option<String>> {
+/// `system`: a string, or text blocks (joined; a breakpoint on one covers
+/// the system message).
+fn system(b: &Obj, bp: &mut Breakpoints) -> R<Option<String>> {
     let text = match b.get("system") {
         None => return Ok(None),
         Some(Value::String(s)) => s.clone(),
         Some(Value::Array(blocks)) => {
             let mut parts = Vec::new();
+            let mut objs = Vec::new();
             for (i, block) in blocks.iter().enumerate() {
                 let o = Obj::of(block, idx("system", i))?;
                 match o.req_str("type")? {
@@ -221,8 +232,14 @@ fn system(b: &Obj) -> R<Option<String>> {
                         ))
                     }
                 }
+                objs.push(o);
             }
-            parts.join(JOIN)
+            let text = parts.join(JOIN);
+            let covered = usize::from(!text.is_empty());
+            for o in &objs {
+                bp.mark(o, covered)?;
+            }
+            text
         }
         Some(v) => {
             return Err(wrong_type(
@@ -236,8 +253,9 @@ fn system(b: &Obj) -> R<Option<String>> {
 }
 
 /// One message: a user turn may become tool messages (its `tool_result`
-/// blocks, first, in order) and a user message (its text).
-fn message(m: &Value, path: &str, out: &mut Vec<Value>) -> R<()> {
+/// blocks, first, in order) and a user message (its text). A block's
+/// breakpoint covers the chat message it went into.
+fn message(m: &Value, path: &str, out: &mut Vec<Value>, bp: &mut Breakpoints) -> R<()> {
     let o = Obj::of(m, path)?;
     let role = o.req_str("role")?;
     if !matches!(role, "user" | "assistant") {
@@ -265,19 +283,22 @@ fn message(m: &Value, path: &str, out: &mut Vec<Value>) -> R<()> {
         }
     };
     if role == "user" {
-        user_blocks(blocks, &content_path, out)
+        user_blocks(blocks, &content_path, out, bp)
     } else {
-        assistant_blocks(blocks, &content_path, out)
+        assistant_blocks(blocks, &content_path, out, bp)
     }
 }
 
-fn user_blocks(blocks: &[Value], path: &str, out: &mut Vec<Value>) -> R<()> {
+fn user_blocks(blocks: &[Value], path: &str, out: &mut Vec<Value>, bp: &mut Breakpoints) -> R<()> {
     let mut texts = Vec::new();
     // With an image: the message's parts in order (texts joined between).
     let mut parts: Vec<Value> = Vec::new();
     let mut results = 0;
+    // The longest TTL of the breakpoints on the user message's blocks.
+    let mut pending = None;
     for (j, block) in blocks.iter().enumerate() {
         let b = Obj::of(block, idx(path, j))?;
+        let ttl = bp.read(&b)?;
         match b.req_str("type")? {
             "text" => texts.push(b.req_str("text")?),
             "image" => {
@@ -289,12 +310,16 @@ fn user_blocks(blocks: &[Value], path: &str, out: &mut Vec<Value>) -> R<()> {
             }
             "tool_result" => {
                 let id = b.req_str("tool_use_id")?;
-                let mut content = tool_result_text(&b)?;
+                let (mut content, inner) = tool_result_text(&b, bp)?;
                 if b.bool("is_error")? == Some(true) {
                     content.insert_str(0, "Error: ");
                 }
                 out.push(json!({"role": "tool", "tool_call_id": id, "content": content}));
                 results += 1;
+                if let Some(t) = ttl.max(inner) {
+                    bp.keep(t, Some(out.len()));
+                }
+                continue;
             }
             kind @ ("tool_use" | "thinking" | "redacted_thinking") => {
                 return Err(DialectError::invalid(
@@ -307,6 +332,7 @@ fn user_blocks(blocks: &[Value], path: &str, out: &mut Vec<Value>) -> R<()> {
             }
             other => return Err(block_unsupported(&b.path, other)),
         }
+        pending = pending.max(ttl);
     }
     if !parts.is_empty() {
         if !texts.is_empty() {
@@ -315,6 +341,9 @@ fn user_blocks(blocks: &[Value], path: &str, out: &mut Vec<Value>) -> R<()> {
         out.push(json!({"role": "user", "content": parts}));
     } else if !texts.is_empty() || results == 0 {
         out.push(json!({"role": "user", "content": texts.join(JOIN)}));
+    }
+    if let Some(t) = pending {
+        bp.keep(t, Some(out.len()));
     }
     Ok(())
 }
@@ -342,22 +371,25 @@ fn image_part(b: &Obj) -> R<Value> {
     Ok(json!({"type": "image_url", "image_url": {"url": url}}))
 }
 
-/// A `tool_result`'s `content`: a string or text blocks (absent: empty).
-fn tool_result_text(b: &Obj) -> R<String> {
+/// A `tool_result`'s `content`: a string or text blocks (absent: empty),
+/// and the longest TTL of its blocks' breakpoints.
+fn tool_result_text(b: &Obj, bp: &mut Breakpoints) -> R<(String, Option<u64>)> {
     match b.get("content") {
-        None => Ok(String::new()),
-        Some(Value::String(s)) => Ok(s.clone()),
+        None => Ok((String::new(), None)),
+        Some(Value::String(s)) => Ok((s.clone(), None)),
         Some(Value::Array(parts)) => {
             let path = b.p("content");
             let mut texts = Vec::new();
+            let mut ttl = None;
             for (k, part) in parts.iter().enumerate() {
                 let p = Obj::of(part, idx(&path, k))?;
+                ttl = ttl.max(bp.read(&p)?);
                 match p.req_str("type")? {
                     "text" => texts.push(p.req_str("text")?),
                     other => return Err(block_unsupported(&p.path, other)),
                 }
             }
-            Ok(texts.join(JOIN))
+            Ok((texts.join(JOIN), ttl))
         }
         Some(v) => Err(wrong_type(
             &b.p("content"),
@@ -367,12 +399,19 @@ fn tool_result_text(b: &Obj) -> R<String> {
     }
 }
 
-fn assistant_blocks(blocks: &[Value], path: &str, out: &mut Vec<Value>) -> R<()> {
+fn assistant_blocks(
+    blocks: &[Value],
+    path: &str,
+    out: &mut Vec<Value>,
+    bp: &mut Breakpoints,
+) -> R<()> {
     let mut texts = Vec::new();
     let mut reasoning = Vec::new();
     let mut calls = Vec::new();
+    let mut pending = None;
     for (j, block) in blocks.iter().enumerate() {
         let b = Obj::of(block, idx(path, j))?;
+        pending = pending.max(bp.read(&b)?);
         match b.req_str("type")? {
             "text" => texts.push(b.req_str("text")?),
             "thinking" => reasoning.push(b.req_str("thinking")?),
@@ -417,6 +456,9 @@ fn assistant_blocks(blocks: &[Value], path: &str, out: &mut Vec<Value>) -> R<()>
         m.insert("reasoning_content".into(), reasoning.join(JOIN).into());
     }
     out.push(Value::Object(m));
+    if let Some(t) = pending {
+        bp.keep(t, Some(out.len()));
+    }
     Ok(())
 }
 
@@ -431,9 +473,12 @@ fn block_unsupported(path: &str, kind: &str) -> DialectError {
     unsupported(path, &format!("content block type `{kind}`"), why)
 }
 
-/// A client tool as a chat function tool; server tools are refused.
-fn tool(t: &Value, path: &str) -> R<Value> {
+/// A client tool as a chat function tool; server tools are refused. Its
+/// breakpoint covers the `system` chat messages before the conversation
+/// (templates render tools beside the system message).
+fn tool(t: &Value, path: &str, bp: &mut Breakpoints, system_messages: usize) -> R<Value> {
     let o = Obj::of(t, path)?;
+    bp.mark(&o, system_messages)?;
     if let Some(kind) = o.str("type")? {
         if kind != "custom" {
             return Err(unsupported(

@@ -39,7 +39,9 @@ fn message_with_thinking_text_and_calls() {
                 {"type": "tool_use", "id": "c3", "name": "h", "input": {}}],
             "stop_reason": "tool_use", "stop_sequence": null,
             "usage": {"input_tokens": 70, "output_tokens": 20,
-                      "cache_read_input_tokens": 30, "cache_creation_input_tokens": 0},
+                      "cache_read_input_tokens": 30, "cache_creation_input_tokens": 0,
+                      "cache_creation": {"ephemeral_5m_input_tokens": 0,
+                                         "ephemeral_1h_input_tokens": 0}},
         })
     );
 }
@@ -142,6 +144,8 @@ fn stream_event_order_reasoning_text_two_calls() {
             input_tokens: 100,
             output_tokens: 9,
             cached_tokens: 40,
+            pinned_tokens: 0,
+            pin_ttl_s: 0,
         },
     ));
     assert_eq!(
@@ -195,7 +199,9 @@ fn stream_event_order_reasoning_text_two_calls() {
         json!({"type": "message_delta",
                "delta": {"stop_reason": "tool_use", "stop_sequence": null},
                "usage": {"input_tokens": 60, "output_tokens": 9,
-                         "cache_read_input_tokens": 40, "cache_creation_input_tokens": 0}})
+                         "cache_read_input_tokens": 40, "cache_creation_input_tokens": 0,
+                         "cache_creation": {"ephemeral_5m_input_tokens": 0,
+                                            "ephemeral_1h_input_tokens": 0}}})
     );
     assert!(s.piece(Piece::Text("late".into())).is_empty());
     assert!(s.finish(Finish::Stop, Usage::default()).is_empty());
@@ -349,6 +355,8 @@ fn the_whole_message_from_stream_events_keeps_block_order_and_inputs() {
             input_tokens: 10,
             output_tokens: 7,
             cached_tokens: 4,
+            pinned_tokens: 0,
+            pin_ttl_s: 0,
         },
     ));
     let m = message_from_events(&outs);

@@ -136,8 +136,8 @@ pub(crate) const FIELDS: &Known = &[
     ("priority", Rule::Honoured),
     ("service_tier", Rule::Ignored),
     ("safety_identifier", Rule::Ignored),
-    ("prompt_cache_key", Rule::Ignored),
-    ("prompt_cache_retention", Rule::Ignored),
+    ("prompt_cache_key", Rule::Honoured),
+    ("prompt_cache_retention", Rule::Honoured),
     ("prompt_cache_options", Rule::Ignored),
     ("stream_options", Rule::Ignored),
     ("max_tool_calls", Rule::Ignored),
@@ -252,9 +252,13 @@ fn sampling(b: &Obj, chat: &mut Map<String, Value>) -> R<Sampling> {
         chat.insert("stream_options".into(), json!({"include_usage": true}));
     }
     let store = b.bool("store")?.unwrap_or(true);
-    // Extension (vLLM's `priority`): passed on, checked on the chat path.
-    if let Some(p) = b.get("priority") {
-        chat.insert("priority".into(), p.clone());
+    // Extension (vLLM's `priority`), and a pin of the prompt asked for
+    // (`prompt_cache_key`, `prompt_cache_retention`): passed on, checked
+    // on the chat path.
+    for key in ["priority", "prompt_cache_key", "prompt_cache_retention"] {
+        if let Some(v) = b.get(key) {
+            chat.insert(key.into(), v.clone());
+        }
     }
     Ok(Sampling {
         max_output_tokens,

@@ -33,6 +33,8 @@ const USAGE: Usage = Usage {
     input_tokens: 100,
     output_tokens: 20,
     cached_tokens: 30,
+    pinned_tokens: 0,
+    pin_ttl_s: 0,
 };
 
 #[test]

@@ -594,3 +594,17 @@ fn input_images_become_image_url_parts() {
         assert_400(&err(req(json!({"input": [item]}))), param);
     }
 }
+
+/// `prompt_cache_key` and `prompt_cache_retention` ask for a pin of the
+/// prompt: passed on to the chat body as they are (checked there).
+#[test]
+fn prompt_cache_fields_pass_on() {
+    let t = ok(req(
+        json!({"prompt_cache_key": "k", "prompt_cache_retention": "24h"}),
+    ));
+    assert_eq!(t.chat["prompt_cache_key"], "k");
+    assert_eq!(t.chat["prompt_cache_retention"], "24h");
+    let t = ok(req(json!({"prompt_cache_options": {"mode": "implicit"}})));
+    assert!(t.chat.get("prompt_cache_key").is_none());
+    assert!(t.chat.get("prompt_cache_options").is_none());
+}

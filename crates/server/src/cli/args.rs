@@ -264,6 +264,18 @@ pub(crate) struct ServeArgs {
     /// less than recomputing. Gigabytes per model; 0: off.
     #[arg(long, default_value_t = 4.0)]
     pub(crate) disk_cache_gb: f64,
+    /// Pinned prefixes, MiB of host memory per model: the prompt state a
+    /// request asks to keep (Anthropic `cache_control`, `prompt_cache_key`,
+    /// `cache_pin`) stays there until its TTL after its last use, and a
+    /// later prompt starting with it restores it. Host memory on a GPU
+    /// too. 0: no pins (such requests still succeed, pinning nothing).
+    #[arg(long, default_value_t = 256)]
+    pub(crate) pin_budget_mb: u64,
+    /// The longest a pin is kept, seconds, whatever a request asks
+    /// [default: as asked, up to 1 h through Anthropic's API and 24 h
+    /// through OpenAI's].
+    #[arg(long)]
+    pub(crate) pin_max_ttl_s: Option<f64>,
     /// Chat template replacing the GGUF's: a Jinja file, or a built-in
     /// (`chatml`, `gemma`, `plain`). Without it the GGUF's template is used
     /// (startup fails, naming it, if it does not compile); a GGUF without

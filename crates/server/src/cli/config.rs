@@ -137,6 +137,11 @@ fn memory(c: &mut EngineConfig, a: &ServeArgs, gpu: bool) -> anyhow::Result<()> 
         );
     }
     c.admit.disk_bytes = (a.disk_cache_gb * (1u64 << 30) as f64) as u64;
+    c.admit.pin_bytes = a.pin_budget_mb << 20;
+    c.admit.pin_max_ttl = match a.pin_max_ttl_s {
+        None => None,
+        Some(s) => Some(secs_on(s, "pin-max-ttl-s")?),
+    };
     Ok(())
 }
 

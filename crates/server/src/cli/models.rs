@@ -17,6 +17,7 @@ use steward_registry::{ModelSpec, Resolver, Source};
 /// pinned = true                      # loaded at start, never unloaded
 /// max_seqs = 8                       # per-model engine options
 /// ctx_per_seq = 2048
+/// pin_budget_mb = 64                 # host MiB for pinned prefixes
 /// chat_template = "chatml"           # a file or chatml | gemma | plain
 /// mmproj = "/models/mmproj.gguf"     # images (or audio) in
 /// lora = [{ name = "style", path = "style.gguf", scale = 1.0 }]
@@ -40,6 +41,7 @@ struct ModelEntry {
     ctx_per_seq: Option<u32>,
     max_tokens_limit: Option<u32>,
     prefix_host_mb: Option<u64>,
+    pin_budget_mb: Option<u64>,
     checkpoint_mb: Option<u64>,
     chat_template: Option<String>,
     /// A multimodal projector GGUF (images or audio in).
@@ -59,6 +61,20 @@ struct LoraEntry {
 
 fn one() -> f32 {
     1.0
+}
+
+/// A config entry's host memory sizes (MiB: `prefix_host_mb`,
+/// `pin_budget_mb`, `checkpoint_mb`) over the flags'.
+fn host_memory(c: &mut EngineConfig, prefix: Option<u64>, pins: Option<u64>, ckpt: Option<u64>) {
+    for (mb, bytes) in [
+        (prefix, &mut c.admit.prefix_host_bytes),
+        (pins, &mut c.admit.pin_bytes),
+        (ckpt, &mut c.admit.checkpoint_bytes),
+    ] {
+        if let Some(mb) = mb {
+            *bytes = mb << 20;
+        }
+    }
 }
 
 /// What the flags say about models.
@@ -186,12 +202,7 @@ pub fn specs(
             if let Some(n) = e.max_tokens_limit {
                 c.prepare.max_tokens_limit = n.max(1);
             }
-            if let Some(mb) = e.prefix_host_mb {
-                c.admit.prefix_host_bytes = mb << 20;
-            }
-            if let Some(mb) = e.checkpoint_mb {
-                c.admit.checkpoint_bytes = mb << 20;
-            }
+            host_memory(c, e.prefix_host_mb, e.pin_budget_mb, e.checkpoint_mb);
             if let Some(p) = &e.mmproj {
                 c.model.mmproj = Some(p.clone());
             }

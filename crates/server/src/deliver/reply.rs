@@ -211,7 +211,7 @@ impl ReplyCtx {
                 &self.model,
                 pieces,
                 dialect::finish_of(&[f], calls),
-                dialect::usage_of(&[f]),
+                dialect::usage_of(&[f], self.spec.pin),
             );
         }
         let v = match self.api {
@@ -518,7 +518,10 @@ impl Sink {
     ) {
         match self.dialect.as_mut() {
             Some(d) => {
-                let outs = d.finish(dialect::finish_of(fins, calls), dialect::usage_of(fins));
+                let outs = d.finish(
+                    dialect::finish_of(fins, calls),
+                    dialect::usage_of(fins, ctx.spec.pin),
+                );
                 self.outs(outs);
             }
             None => {

@@ -59,11 +59,15 @@ pub(crate) fn finish_of(fins: &[&Finished], calls: u32) -> Finish {
     }
 }
 
-pub(crate) fn usage_of(fins: &[&Finished]) -> Usage {
+/// The answer's usage; `pin`: the request's (what it pinned, and for how
+/// long it asked).
+pub(crate) fn usage_of(fins: &[&Finished], pin: Option<steward_engine::Pin>) -> Usage {
     Usage {
         input_tokens: fins.first().map_or(0, |f| f.prompt_tokens),
         output_tokens: fins.iter().map(|f| f.completion_tokens).sum(),
         cached_tokens: fins.first().map_or(0, |f| f.cached_tokens),
+        pinned_tokens: fins.iter().map(|f| f.pinned_tokens).max().unwrap_or(0),
+        pin_ttl_s: pin.map_or(0, |p| p.ttl.as_secs()),
     }
 }
 

@@ -130,6 +130,7 @@ pub fn render(e: &EngineStats, waiting: usize) -> String {
         let _ = writeln!(o, "steward_requests_total{{state=\"{state}\"}} {v}");
     }
     engine_histograms(&mut o, e);
+    super::pin_metrics::render_pins(&mut o, e);
     o
 }
 

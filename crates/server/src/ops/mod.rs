@@ -1,7 +1,7 @@
-//! What operators and routers read: `/metrics` text (`metrics`, every
-//! model's merged by `labels`), the `/metrics` and `/debug/*` handlers
-//! (`routes`), the dashboard's feed (`dashboard`), `/get_load`
-//! (`gateway`), KV-cache events over ZeroMQ (`kvevents`) and
+//! What operators and routers read: `/metrics` text (`metrics`, pins in
+//! `pin_metrics`, every model's merged by `labels`), the `/metrics` and
+//! `/debug/*` handlers (`routes`), the dashboard's feed (`dashboard`),
+//! `/get_load` (`gateway`), KV-cache events over ZeroMQ (`kvevents`) and
 //! `/openapi.json` (`openapi`).
 //!
 //! May use `api/` (the shared state, the models' states), `http/`; reads
@@ -15,4 +15,5 @@ pub(crate) mod labels;
 mod ledger_metrics;
 pub mod metrics;
 pub(crate) mod openapi;
+mod pin_metrics;
 pub(crate) mod routes;

@@ -4,7 +4,8 @@
 //! every client-controlled limit (`limits`), a chat's messages into the
 //! template's input (`chat_input`), images and audio (`media/`: checked,
 //! fetched, decoded within bounds), `tools`/`tool_choice` (`tools`), the
-//! grammar a chat's output is held to (`forcing`).
+//! grammar a chat's output is held to (`forcing`), the prompt pin a
+//! request asks for and how far it reaches (`pin`).
 //!
 //! May use `http/` (errors) only.
 
@@ -13,6 +14,7 @@ pub(crate) mod fields;
 pub(crate) mod forcing;
 pub mod limits;
 pub mod media;
+pub mod pin;
 pub mod spec;
 pub mod tools;
 pub mod validate;
