@@ -180,10 +180,12 @@ async fn a_recurrent_model_restores_its_state_after_a_restart() {
         cached as usize >= history,
         "cached {cached} of a {history}-token history"
     );
-    // The second engine's stop writes the longer entry (the first is its
-    // prefix: deleted). A byte flipped in its data: the next engine finds
-    // it at the scan (its header is intact), fails the checksum at the
-    // restore, deletes it, and computes the prompt.
+    // The second engine's stop writes the longer entry (its slot's: turn
+    // two's prompt and output; the first entry is its prefix, deleted). A
+    // byte flipped in its data: the next engine finds it at the scan (its
+    // header is intact); turn three, which extends it (a recurrent state
+    // restarts only at its end), fails the checksum at the restore; the
+    // entry is deleted and the prompt computed.
     stop(b).await;
     let want = cold(&path, 1024, &next).await;
     compare::assert_greedy_agree(&got.tokens, &want, TIE_NATS, "restored vs cold");
@@ -194,7 +196,10 @@ async fn a_recurrent_model_restores_its_state_after_a_restart() {
     std::fs::write(&file, &bytes).unwrap();
     let c = engine(&path, Some(&dir), 1024).await;
     wait_for(&c, "the scan", |s| s.disk.entries >= 1).await;
-    let (again, cached) = run(&c, &next, 8).await;
+    let mut third = next.clone();
+    third.extend(&got.tokens);
+    third.extend(c.preparer().text("\nAnd?".into()).await.unwrap());
+    let (again, cached) = run(&c, &third, 8).await;
     let st = c.stats();
     assert_eq!(
         (st.disk.corrupt, st.disk.reads, cached),
@@ -203,6 +208,7 @@ async fn a_recurrent_model_restores_its_state_after_a_restart() {
         st.disk
     );
     assert!(!file.exists(), "the corrupt entry is deleted");
+    let want = cold(&path, 1024, &third).await;
     compare::assert_greedy_agree(
         &again.tokens,
         &want,
