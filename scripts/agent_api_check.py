@@ -272,7 +272,6 @@ if profile == "smol":
         for path, body, field, code in [
                 ("/v1/chat/completions", {"messages": msg, "modalities": ["text", "audio"]}, "modalities",
                  "unsupported_parameter"),
-                ("/v1/chat/completions", {"messages": msg, "min_tokens": 3}, "min_tokens", "unknown_parameter"),
                 ("/v1/completions", {"prompt": "x", "top_logprobs": 2}, "top_logprobs", "unsupported_parameter"),
                 ("/v1/responses", {"input": "x", "moderation": {"model": "m"}}, "moderation", None)]:
             s, v = http("POST", path, {"model": "smol", "max_tokens": 4, **body} if "responses" not in path
