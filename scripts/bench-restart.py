@@ -45,9 +45,11 @@ itl      The disk tier's writes beside decoding streams: Steward
 
 The --steward binary is copied once, at the first quiet moment, and that
 copy serves every run. Before each size's (and the itl part's) servers
-start, the script waits until no rustc, cargo, cc1plus or cmake process has
-been seen for 60 s (at most --quiet-limit s in all, then it goes on), and
-records any such process seen while it measures (`builds_seen`).
+start, the script waits until, for 60 s, no rustc, cargo, cc1plus or cmake
+process has been seen and the host's CPU use was under 0.3 cores (at most
+--quiet-limit s in all, then it goes on). While it measures it records
+(`host`) the build processes seen and the cores the rest of the host used
+(all busy CPU less this script's and its servers').
 
 Usage (peers built outside the repo; see docs/BENCHMARKS.md [5/7]):
   python3 scripts/bench-restart.py --steward target/release/steward \\
@@ -88,47 +90,80 @@ def builds_running():
             if subprocess.run(["pgrep", "-x", p], stdout=subprocess.DEVNULL).returncode == 0]
 
 
-def wait_quiet(limit, need=60.0):
-    """Wait until no build process has been seen for `need` s (at most
-    `limit` s); (seconds waited, whether it gave up)."""
+def cpu_busy():
+    """Busy CPU seconds of the whole host so far."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return (sum(v) - v[3] - v[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def own_busy():
+    """CPU seconds of this script and every process under it (the servers,
+    those reaped included); and those of them found stopped."""
+    procs = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                st = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        # utime, stime and the reaped children's cutime, cstime.
+        procs[int(pid)] = (int(st[1]), sum(map(int, st[11:15])) / os.sysconf("SC_CLK_TCK"),
+                           st[0])
+    mine, todo = set(), [os.getpid()]
+    while todo:
+        p = todo.pop()
+        mine.add(p)
+        todo += [c for c, (pp, _, _) in procs.items() if pp == p and c not in mine]
+    stopped = [p for p in mine if procs.get(p, (0, 0, ""))[2] == "T"]
+    return sum(procs[p][1] for p in mine if p in procs), stopped
+
+
+def wait_quiet(limit, need=60.0, max_cores=0.3):
+    """Wait until, for `need` s, no build process has been seen and the rest
+    of the host has used under `max_cores` cores (this script's servers are
+    stopped meanwhile); at most `limit` s. (seconds waited, whether it gave
+    up)."""
     t0 = last = time.monotonic()
     while True:
+        b0 = cpu_busy()
+        time.sleep(2)
         now = time.monotonic()
-        if builds_running():
+        if builds_running() or (cpu_busy() - b0) / 2 > max_cores:
             last = now
         elif now - last >= need:
             return now - t0, False
         if now - t0 >= limit:
             return now - t0, True
-        time.sleep(2)
 
 
 class BuildWatch:
-    """Notes every build process seen (every 2 s) while it runs."""
+    """While a part runs, every 2 s: build processes seen, the cores the rest
+    of the host used (all busy CPU less this script's and its servers'), and
+    a server of ours found stopped (SIGSTOP by someone else: void figures)."""
 
     def __init__(self):
-        self.seen, self.stop = set(), threading.Event()
+        self.seen, self.other, self.stop = set(), [], threading.Event()
         self.t = threading.Thread(target=self.run, daemon=True)
         self.t.start()
 
     def run(self):
+        b0, o0, t0 = cpu_busy(), own_busy()[0], time.monotonic()
         while not self.stop.wait(2):
             self.seen.update(builds_running())
-            # A server of ours stopped (SIGSTOP) by someone else: its
-            # figures are void.
-            for pid in os.listdir("/proc"):
-                try:
-                    with open(f"/proc/{pid}/stat") as f:
-                        st = f.read().rsplit(")", 1)[1].split()
-                except (OSError, IndexError):
-                    continue
-                if st[0] == "T" and st[1] == str(os.getpid()):
-                    self.seen.add(f"server {pid} stopped (SIGSTOP)")
+            b1, (o1, stopped), t1 = cpu_busy(), own_busy(), time.monotonic()
+            self.other.append(round(max(0.0, (b1 - b0) - (o1 - o0)) / (t1 - t0), 2))
+            b0, o0, t0 = b1, o1, t1
+            self.seen.update(f"process {p} stopped (SIGSTOP)" for p in stopped)
 
     def done(self):
         self.stop.set()
         self.t.join()
-        return sorted(self.seen)
+        o = self.other
+        return {"builds_seen": sorted(self.seen),
+                "other_cores_mean": round(sum(o) / len(o), 2) if o else None,
+                "other_cores_max": max(o) if o else None,
+                "other_cores_over_0.5_s": 2 * sum(1 for x in o if x > 0.5)}
 
 
 def drop_page_cache(path):
@@ -155,7 +190,7 @@ class Server:
         self.kind, self.label = kind, label
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
-        self.log_path = os.path.join(logdir, label + ".log")
+        self.log_path = os.path.join(logdir, re.sub(r"[^a-z0-9]+", "-", label) + ".log")
         self.log = open(self.log_path, "w")
         t0 = time.monotonic()
         self.proc = subprocess.Popen([*cmd, "--port", str(self.port)], stdout=self.log,
@@ -184,7 +219,7 @@ def steward(a, logdir, label, state, ctx, seqs, extra=()):
     return Server("steward", [a.steward, "serve", "--model", a.model, "--host", "127.0.0.1",
                               "--threads", str(a.threads), "--max-seqs", str(seqs),
                               "--ctx-per-seq", str(ctx), "--state-dir", state, "--no-web",
-                              *extra], logdir, label)
+                              "--request-timeout-s", "0", *extra], logdir, label)
 
 
 def llama(a, logdir, label, slots, ctx):
@@ -210,18 +245,21 @@ def post_json(base, path, body, timeout=600):
 
 
 class Stream:
-    """One streamed chat request; content chunk times kept."""
+    """One streamed request, chat (`messages` a list) or plain completion
+    (`messages` a string: the prompt, no template); chunk times kept."""
 
     def __init__(self, base, messages, max_tokens=8, extra=None, stop=None):
-        self.body = {"messages": messages, "max_tokens": max_tokens, "temperature": 0,
-                     "stream": True, "stream_options": {"include_usage": True}, **(extra or {})}
+        chat = not isinstance(messages, str)
+        self.path = "/v1/chat/completions" if chat else "/v1/completions"
+        self.body = {("messages" if chat else "prompt"): messages, "max_tokens": max_tokens,
+                     "temperature": 0, "stream": True, "stream_options": {"include_usage": True},
+                     **(extra or {})}
         self.base, self.stop_ev = base, stop
         self.ttft = self.usage = self.timings = self.error = None
         self.text, self.times, self.t0 = "", [], None
 
     def run(self):
-        req = urllib.request.Request(self.base + "/v1/chat/completions",
-                                     json.dumps(self.body).encode(),
+        req = urllib.request.Request(self.base + self.path, json.dumps(self.body).encode(),
                                      {"content-type": "application/json"})
         self.t0 = time.monotonic()
         try:
@@ -233,7 +271,7 @@ class Stream:
                         continue
                     d = json.loads(line[6:])
                     for c in d.get("choices") or []:
-                        piece = (c.get("delta") or {}).get("content")
+                        piece = (c.get("delta") or {}).get("content") or c.get("text")
                         if piece:
                             now = time.monotonic()
                             self.times.append(now)
@@ -445,8 +483,11 @@ def itl_arm(a, arm, rnd, work, conv):
             t_end, m0.get("steward_prefix_disk_writes_total", 0),
             m0.get("steward_prefix_disk_bytes", 0))
         stop = threading.Event()
-        streams = [Stream(s.base, [{"role": "user",
-                                    "content": f"Tell me a long story about ship {i}."}],
+        # Plain completions: no chat template, so no prompt shares a token
+        # with the conversation's (a chat prompt shares the template's
+        # opening, and a slot cached with a shared prefix is taken before a
+        # free one: the conversation's slot would go to a stream).
+        streams = [Stream(s.base, f"Once upon a time there was a ship called number {i}.",
                           max_tokens=1024, extra={"ignore_eos": True}, stop=stop)
                    for i in range(4)]
         threads = [threading.Thread(target=x.run) for x in streams]
@@ -454,13 +495,20 @@ def itl_arm(a, arm, rnd, work, conv):
             t.start()
         poll = Poller(s.base)
         time.sleep(3)
+        ma = metrics(s.base)
         l2 = Stream(s.base, turn2(hist, l1.text), max_tokens=4).run()
+        mb = metrics(s.base)
         res["conv_turn2"] = l2.result()
+        # Where its prefix came from: its own slot (neither), or a tier.
+        res["conv_turn2"].update({k: mb.get(f"steward_prefix_{k}_total", 0)
+                                  - ma.get(f"steward_prefix_{k}_total", 0)
+                                  for k in ("host_restores", "disk_reads", "host_spills")})
         time.sleep(a.window)
         m1 = metrics(s.base)
         w1 = m1.get("steward_prefix_disk_writes_total", 0)
         t_x = time.monotonic()
-        x = Stream(s.base, [{"role": "user", "content": "Name three colours."}], max_tokens=8)
+        x = Stream(s.base, "Three colours of the rainbow are", max_tokens=8,
+                   extra={"timings": True})
         xt = threading.Thread(target=x.run)
         xt.start()
         time.sleep(a.window)
@@ -485,6 +533,11 @@ def itl_arm(a, arm, rnd, work, conv):
         after = gaps_in(streams, t_x, t_x + a.window)
         res["gaps_before_ms"] = [round(g * 1e3, 2) for g in before]
         res["gaps_after_ms"] = [round(g * 1e3, 2) for g in after]
+        # The gaps over 100 ms after the new prompt: (ms after it was sent
+        # that the gap ended, the gap in ms).
+        res["long_gaps_after"] = sorted(
+            (round((b - t_x) * 1e3), round((b - a0) * 1e3)) for x in streams
+            for a0, b in zip(x.times, x.times[1:]) if t_x <= b < t_x + a.window and b - a0 > 0.1)
         res["stream_errors"] = [x.error for x in streams if x.error]
     finally:
         res["stop_s"] = s.stop()
@@ -507,7 +560,7 @@ def itl_part(a, work):
             cache["h"] = history(base, a.itl_history, seed=11)
         return cache["h"][0]
 
-    order = ["disk", "off", "host"]
+    order = a.arms.split(",")
     runs = []
     for rnd in range(a.rounds):
         for arm in (order if rnd % 2 == 0 else order[::-1]):
@@ -566,6 +619,9 @@ def main():
     p.add_argument("--itl-ctx", type=int, default=8192)
     p.add_argument("--window", type=float, default=4.0)
     p.add_argument("--rounds", type=int, default=2, help="rounds of the itl part")
+    p.add_argument("--arms", default="disk,off,host", help="arms of the itl part, in order")
+    p.add_argument("--work", default=None,
+                   help="folder for the state directories and logs (default: a new one in $TMPDIR)")
     p.add_argument("--quiet-limit", type=float, default=2400,
                    help="most seconds waited for quiet, in all (then runs go on regardless)")
     p.add_argument("--out", default="target/bench/restart/result.json")
@@ -576,7 +632,7 @@ def main():
             report(json.load(f))
         return
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-    work = tempfile.mkdtemp(prefix="bench-restart-")
+    work = tempfile.mkdtemp(prefix="bench-restart-", dir=a.work)
     res = {"started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
            "argv": sys.argv, "workdir": work, "restart": []}
 
@@ -589,7 +645,7 @@ def main():
         build elsewhere may replace the file meanwhile)."""
         if "steward_binary" not in res:
             src = a.steward
-            a.steward = os.path.join(work, "steward")
+            a.steward = os.path.join(work, os.path.basename(src))
             shutil.copy2(src, a.steward)
             sha = subprocess.run(["sha256sum", a.steward], capture_output=True, text=True)
             res["steward_binary"] = {"from": src, "mtime": time.strftime(
@@ -611,7 +667,7 @@ def main():
             w = BuildWatch()
             t0 = time.gmtime()
             r = restart_size(a, n, work)
-            r.update(quiet_wait_s=waited, quiet_gave_up=gave_up, builds_seen=w.done(),
+            r.update(quiet_wait_s=waited, quiet_gave_up=gave_up, host=w.done(),
                      at=time.strftime("%H:%M:%S", t0) + "–" + time.strftime("%H:%M:%S UTC",
                                                                            time.gmtime()))
             res["restart"].append(r)
@@ -625,7 +681,7 @@ def main():
         w = BuildWatch()
         t0 = time.gmtime()
         res["itl"] = itl_part(a, work)
-        res["itl"].update(quiet_wait_s=waited, quiet_gave_up=gave_up, builds_seen=w.done(),
+        res["itl"].update(quiet_wait_s=waited, quiet_gave_up=gave_up, host=w.done(),
                           at=time.strftime("%H:%M:%S", t0) + "–"
                           + time.strftime("%H:%M:%S UTC", time.gmtime()))
         save()

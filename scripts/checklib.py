@@ -67,3 +67,14 @@ def wait_ready(url, proc, what):
         except Exception:
             time.sleep(0.2)
     sys.exit(f"{what} never became ready")
+
+
+def stop(proc, timeout=30):
+    """SIGTERM `proc` and wait for it; SIGKILL if it outlasts `timeout` s."""
+    import subprocess
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -22,7 +22,8 @@ venv="$root/target/pyenv"
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 "$venv/bin/pip" install --quiet --disable-pip-version-check numpy gguf safetensors tokenizers \
   'openai>=1.66,<3' 'anthropic==2.16.0' 'prometheus-client>=0.17' 'jsonschema>=4' httpx \
-  pyyaml 'kubernetes-validate==1.37.0' 'pyzmq>=25' 'msgpack>=1'
+  pyyaml 'kubernetes-validate==1.37.0' 'pyzmq>=25' 'msgpack>=1' \
+  'opentelemetry-proto==1.39.1' 'grpcio>=1.60'
 if [ "$tier" = engine ]; then
   echo "prefetch: done (engine)"
   exit 0
@@ -34,11 +35,12 @@ fi
 # schemathesis (scripts/schemathesis_check.sh).
 [ -x scripts/schemathesis_check.sh ] && ./scripts/schemathesis_check.sh --install-only
 # The tarball, image and pod checks: podman with runc, mmdebstrap, patchelf,
-# jq; then the images' Debian base (mmdebstrap over Debian's packages, cached
-# in target/image/), which needs no build.
+# jq; tmux for the terminal clients' check (scripts/term_check.py); then the
+# images' Debian base (mmdebstrap over Debian's packages, cached in
+# target/image/), which needs no build.
 need=()
-tools=(jq curl)
-[ "$tier" = http ] || tools=(podman runc mmdebstrap patchelf jq curl)
+tools=(jq curl tmux)
+[ "$tier" = http ] || tools=(podman runc mmdebstrap patchelf jq curl tmux)
 for t in "${tools[@]}"; do
   command -v "$t" >/dev/null 2>&1 || need+=("$t")
 done

@@ -27,7 +27,9 @@
 #   http    engine, then every check against a live `steward serve`: the
 #           prefix-cache replay (swa-check.py), the OpenAI and Anthropic
 #           clients, the Batch API (batch_check.py), access, the vLLM
-#           Router, KV events, RPC workers, the web pages in Chromium,
+#           Router, KV events, traces (otlp_check.py), RPC workers, the web
+#           pages in Chromium, `steward top` and `chat` in tmux
+#           (term_check.py),
 #           schemathesis.
 #   all     http, and the Kubernetes manifests (deploy_check.py), the release
 #           tarball, the container images and pods, the fuzz targets; phases
@@ -139,8 +141,12 @@ phase "two replicas behind the vLLM Router: cache_aware, power_of_two, round_rob
 ./scripts/router_check.sh
 phase "KV-cache events over ZeroMQ against the cell map (scripts/kv_events_check.py)"
 target/pyenv/bin/python scripts/kv_events_check.py target/release/steward
+phase "traces over OTLP (gRPC and HTTP receivers of our own), the access log, exemplars, a dead collector (scripts/otlp_check.py)"
+target/pyenv/bin/python scripts/otlp_check.py target/release/steward
 phase "one model across two RPC workers: greedy equals local, a killed worker (scripts/rpc_check.py)"
 python3 scripts/rpc_check.py target/release/steward
+phase "steward top and steward chat in tmux: a running request listed, a two-turn chat, C-c cancels on the server (scripts/term_check.py)"
+python3 scripts/term_check.py target/release/steward
 if tier all; then
   phase "Kubernetes manifests in deploy/, offline (scripts/deploy_check.py)"
   target/pyenv/bin/python scripts/deploy_check.py target/pyenv/bin/kubernetes-validate

@@ -30,6 +30,7 @@ pub use crate::deliver::stats::{self, CancelState, EngineStats, Histogram};
 pub use crate::deliver::stream::{
     self, Event, FinishReason, Finished, GenerationError, RequestStream, Timings, TokenLogprob,
 };
+pub use crate::deliver::timeline::{ChunkStep, Timeline, TimelineEnd, TimelineSink};
 pub use crate::handle::{Engine, EngineHandle};
 pub use crate::identity::ModelIdentity;
 pub use crate::loaded::Loaded;

@@ -58,6 +58,9 @@ pub struct GenerateRequest {
     /// Keep this prompt's state pinned in host memory for a while
     /// (Anthropic's `cache_control`, `owner/pins.rs`).
     pub pin: Option<Pin>,
+    /// Who receives the request's timeline at its end (the server's access
+    /// log and traces; `deliver/timeline.rs`). Shared by every choice.
+    pub timeline: Option<Arc<dyn crate::deliver::timeline::TimelineSink>>,
 }
 
 /// A pinned prefix: the prompt's state (its first `tokens`, or all of it)
@@ -161,6 +164,7 @@ impl GenerateRequest {
             media: Vec::new(),
             tenancy: Tenancy::default(),
             pin: None,
+            timeline: None,
         }
     }
 

@@ -115,18 +115,25 @@ async fn cold(path: &Path, ctx: u32, prompt: &[TokenId]) -> Scored<TokenId> {
     want
 }
 
-/// The newest entry file in a model directory under `dir`.
-fn newest_entry(dir: &Path) -> PathBuf {
-    let mut files: Vec<(std::time::SystemTime, PathBuf)> = Vec::new();
+/// The longest entry file in a model directory under `dir`, the only one
+/// left there: the shorter ones are its prefixes, and one whose delete the
+/// full queue dropped would otherwise be indexed by the next scan, maybe
+/// before it (a test waiting for one entry could then read the wrong one).
+fn only_longest_entry(dir: &Path) -> PathBuf {
+    let mut files: Vec<(u64, PathBuf)> = Vec::new();
     for m in std::fs::read_dir(dir).unwrap().flatten() {
         for e in std::fs::read_dir(m.path()).unwrap().flatten() {
             if e.path().extension().is_some_and(|x| x == "kv") {
-                files.push((e.metadata().unwrap().modified().unwrap(), e.path()));
+                files.push((e.metadata().unwrap().len(), e.path()));
             }
         }
     }
     files.sort();
-    files.pop().expect("an entry on disk").1
+    let longest = files.pop().expect("an entry on disk").1;
+    for (_, f) in files {
+        std::fs::remove_file(f).unwrap();
+    }
+    longest
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -149,8 +156,9 @@ async fn the_default_model_restores_a_conversation_after_a_restart() {
 async fn gemma3_restores_past_its_window_after_a_restart() {
     let path = steward_engine::fetch::ensure_known_model("gemma3-270m").expect("Gemma 3 270M");
     let dir = state_dir("gemma");
-    // ~1,400 tokens: well past its 512-token window, at half the cost.
-    let (next, got, cached, history, b) = restart(&path, &dir, 8192, 60).await;
+    // ~3,000 tokens: six times its 512-token window.
+    let (next, got, cached, history, b) = restart(&path, &dir, 8192, 125).await;
+    assert!(history > 2500, "a ~3,000-token history: {history}");
     assert_eq!(b.stats().memory_kind, "sliding_window");
     let st = b.stats();
     assert!(
@@ -174,8 +182,9 @@ async fn a_recurrent_model_restores_its_state_after_a_restart() {
         return;
     };
     let dir = state_dir("mamba2");
-    let (next, got, cached, history, b) = restart(&path, &dir, 1024, 25).await;
+    let (next, got, cached, history, b) = restart(&path, &dir, 8192, 125).await;
     assert_eq!(b.stats().memory_kind, "recurrent");
+    assert!(history > 2500, "a ~3,000-token history: {history}");
     assert!(
         cached as usize >= history,
         "cached {cached} of a {history}-token history"
@@ -187,14 +196,14 @@ async fn a_recurrent_model_restores_its_state_after_a_restart() {
     // restarts only at its end), fails the checksum at the restore; the
     // entry is deleted and the prompt computed.
     stop(b).await;
-    let want = cold(&path, 1024, &next).await;
+    let want = cold(&path, 8192, &next).await;
     compare::assert_greedy_agree(&got.tokens, &want, TIE_NATS, "restored vs cold");
-    let file = newest_entry(&dir);
+    let file = only_longest_entry(&dir);
     let mut bytes = std::fs::read(&file).unwrap();
     let n = bytes.len();
     bytes[n - 7] ^= 0x10;
     std::fs::write(&file, &bytes).unwrap();
-    let c = engine(&path, Some(&dir), 1024).await;
+    let c = engine(&path, Some(&dir), 8192).await;
     wait_for(&c, "the scan", |s| s.disk.entries >= 1).await;
     let mut third = next.clone();
     third.extend(&got.tokens);
@@ -208,7 +217,7 @@ async fn a_recurrent_model_restores_its_state_after_a_restart() {
         st.disk
     );
     assert!(!file.exists(), "the corrupt entry is deleted");
-    let want = cold(&path, 1024, &third).await;
+    let want = cold(&path, 8192, &third).await;
     compare::assert_greedy_agree(
         &again.tokens,
         &want,

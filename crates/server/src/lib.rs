@@ -46,5 +46,5 @@ pub use state::{Loaded, Opened, StateDir, StateError};
 // targets, the bench).
 pub use deliver::{logprobs, output};
 pub use http::{access, conn, error};
-pub use ops::{dashboard, kvevents, metrics};
+pub use ops::{dashboard, kvevents, metrics, trace};
 pub use prepare::{chat_input, limits, tools, validate};

@@ -8,13 +8,17 @@ use clap::Parser;
 mod cli;
 
 fn main() {
+    let cli = cli::Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_env("RUST_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,llama-cpp-2=off"));
-    tracing_subscriber::fmt()
+    let fmt = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
-    if let Err(e) = cli::run(cli::Cli::parse()) {
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        cli::LogFormat::Text => fmt.init(),
+        cli::LogFormat::Json => fmt.json().flatten_event(true).init(),
+    }
+    if let Err(e) = cli::run(cli) {
         eprintln!("steward: error: {e:#}");
         std::process::exit(1);
     }

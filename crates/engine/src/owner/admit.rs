@@ -77,6 +77,7 @@ impl<B: Backend> Owner<B> {
     /// Admit waiting request `i`; false when it must wait (and the rest of
     /// the queue behind it).
     fn admit_at(&mut self, i: usize) -> bool {
+        let began = Instant::now();
         let Some(w) = self.queue.waiting.get(i) else {
             return false;
         };
@@ -143,6 +144,9 @@ impl<B: Backend> Owner<B> {
             return false;
         };
         self.start(w, slot, reused, permit, eligible);
+        if let Some(t) = self.seqs.last_mut().and_then(|s| s.trace.as_mut()) {
+            t.line.admit_began = Some(began);
+        }
         true
     }
 
@@ -187,12 +191,23 @@ impl<B: Backend> Owner<B> {
                 return Some(p);
             }
             if !self.evict_lru() {
-                if d.restore && d.adds > 0 {
+                if d.restore && d.adds > 0 && !d.tight {
                     // The restore's cells and the whole growth cannot both
-                    // fit even with the cache empty (one slot, a long
-                    // prompt): compute the prompt instead of waiting for
-                    // room that never comes.
+                    // fit even with the cache empty (one slot, a history
+                    // near the context): reserve the exact need, the
+                    // loaded cells as the reused prefix (a restore that
+                    // then fails reserves its prefix again, beyond the
+                    // ledger, as a refused takeover does).
+                    d.tight = true;
+                    d.growth = d.growth.saturating_sub(d.adds as u64);
+                    continue;
+                }
+                if d.restore && d.adds > 0 {
+                    // Not even that: compute the prompt instead of waiting
+                    // for room that never comes.
                     d.restore = false;
+                    d.tight = false;
+                    d.growth += d.adds as u64;
                     d.adds = 0;
                     continue;
                 }
@@ -263,14 +278,22 @@ impl<B: Backend> Owner<B> {
             }
             return None;
         };
-        Some(match saved {
-            Some((e, len)) => {
-                let reused = self.restore(slot, e, len);
-                permit.consume(reused as u64);
-                (slot, reused)
+        let reused = match saved {
+            Some((e, len)) => self.restore(slot, e, len),
+            None => 0,
+        };
+        if d.tight {
+            // Reserved as if `adds` cells came back: settle to what did.
+            let planned = d.adds as u64;
+            match (reused as u64).cmp(&planned) {
+                std::cmp::Ordering::Less => permit.unconsume(planned - reused as u64),
+                std::cmp::Ordering::Greater => permit.consume(reused as u64 - planned),
+                std::cmp::Ordering::Equal => {}
             }
-            None => (slot, 0),
-        })
+        } else {
+            permit.consume(reused as u64);
+        }
+        Some((slot, reused))
     }
 
     /// The admitted request becomes a sequence: counters, its `Admitted`

@@ -139,7 +139,7 @@ impl<B: Backend> Owner<B> {
         if key.adapters != base || !disk.wants(key, &tokens, data.len() as u64) {
             return;
         }
-        let head = Header::new(key, lo, tokens, &data);
+        let head = Header::unsealed(key, lo, tokens, data.len() as u64);
         let path = disk.dir.join(head.file_name());
         let (bytes, kept) = (head.data_len, head.tokens.clone());
         let job = Job::Write { path, head, data };

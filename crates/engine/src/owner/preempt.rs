@@ -240,6 +240,7 @@ impl<B: Backend> Owner<B> {
             offered_len: 0,
             adds,
             growth: p.growth,
+            tight: false,
         };
         let Some(permit) = self.reserve(&mut d) else {
             return false;

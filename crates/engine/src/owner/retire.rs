@@ -86,6 +86,7 @@ impl<B: Backend> Owner<B> {
     /// A sequence off its slot ends: its counters, its terminal events
     /// (none when cancelled: nobody to tell).
     pub(super) fn tell(&mut self, mut seq: Sequence, outcome: Option<Outcome>) {
+        seq.trace_end(outcome.as_ref());
         if let Some((ns, steps)) = seq.constraint_cost() {
             self.stats.send_modify(|s| {
                 s.constraint_ns_total += ns;

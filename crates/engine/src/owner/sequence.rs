@@ -114,6 +114,8 @@ pub(super) struct Sequence {
     pub drafts: Vec<TokenId>,
     hist: Vec<TokenId>,
     pub step_emitted: u32,
+    /// Its timeline, when someone asked for it (`deliver/timeline.rs`).
+    pub trace: Option<crate::deliver::timeline::Trace>,
 }
 
 impl Sequence {
@@ -128,6 +130,9 @@ impl Sequence {
         order: u64,
     ) -> Self {
         let r = sub.req;
+        let trace = r
+            .timeline
+            .map(|s| crate::deliver::timeline::Trace::new(s, &r.id));
         let ctx_limit = limits.ctx_limit;
         let reused = reused.min(r.prompt.len().saturating_sub(1));
         Sequence {
@@ -180,7 +185,32 @@ impl Sequence {
             drafts: Vec::new(),
             hist: Vec::new(),
             step_emitted: 0,
+            trace,
         }
+    }
+
+    /// Its timeline ends (`outcome` None: cancelled) and goes to its sink.
+    pub fn trace_end(&mut self, outcome: Option<&Outcome>) {
+        use crate::deliver::timeline::TimelineEnd;
+        let Some(mut t) = self.trace.take() else {
+            return;
+        };
+        let l = &mut t.line;
+        l.admitted = Some(self.admitted);
+        l.prefill_done = self.prefill_done;
+        l.first_token = self.first_token;
+        l.cancel_noticed = self.note.noticed();
+        l.retired = Some(Instant::now());
+        l.end = match outcome {
+            None | Some(Outcome::Failed(GenerationError::Cancelled)) => TimelineEnd::Cancelled,
+            Some(Outcome::Finished(r)) => TimelineEnd::Finished(r.as_str()),
+            Some(Outcome::Failed(e)) => TimelineEnd::Failed(e.to_string()),
+        };
+        l.prompt_tokens = self.prompt.len() as u32;
+        l.cached_tokens = self.reused as u32;
+        l.completion_tokens = self.generated;
+        l.preemptions = self.preemptions;
+        t.sink.put(std::mem::take(&mut t.line));
     }
 
     /// Speculate from now on (admission decides: the memory must be cut

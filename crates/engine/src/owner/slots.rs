@@ -341,6 +341,15 @@ impl<B: Backend> Owner<B> {
         if self.rt.slot_len(e.slot) < len {
             return;
         }
+        // With no host tier, an entry the disk holds already is not copied.
+        if !self.kv.host.enabled()
+            && self.kv.disk.as_ref().is_some_and(|d| {
+                let tokens = self.kv.cells.tokens(e.slot);
+                !d.wants(e.key, &tokens, 0)
+            })
+        {
+            return;
+        }
         if let Some(data) = self.rt.save_slot(e.slot) {
             let out = self.kv.host.insert(crate::owner::kv::spill::Spilled {
                 key: e.key,

@@ -9,6 +9,7 @@
 use std::time::Instant;
 
 use crate::deliver::stats;
+use crate::deliver::timeline::ChunkStep;
 use crate::owner::plan::adapter_sets::{key_for, AdapterSet};
 use crate::owner::plan::scheduler::{self, Plan, SeqView};
 use crate::owner::rows;
@@ -94,6 +95,7 @@ impl<B: Backend> Owner<B> {
             gap,
         };
         self.record(&plan, &emitted, &times, wasted);
+        self.trace_chunks(&plan, t_build, end);
         self.retire_finished();
         self.clock.last_step = Some((times.total, plan.n_tokens()));
         self.clock.last_done = Some(done);
@@ -175,6 +177,27 @@ impl<B: Backend> Owner<B> {
             }
         }
         (b, ok)
+    }
+
+    /// Each traced sequence's prefill chunk in this step
+    /// (`deliver/timeline.rs`).
+    /// (With tracing off, one pass over the sequences finding none.)
+    fn trace_chunks(&mut self, plan: &Plan, start: Instant, end: Instant) {
+        let step = self.clock.steps;
+        for s in &mut self.seqs {
+            let Some(t) = s.trace.as_mut().filter(|t| t.chunks) else {
+                continue;
+            };
+            if let Some(c) = plan.chunks.iter().find(|c| c.key == s.key) {
+                t.line.push_chunk(ChunkStep {
+                    start,
+                    end,
+                    tokens: c.len as u32,
+                    step,
+                    steps: 1,
+                });
+            }
+        }
     }
 
     /// Prompt tokens submitted for a client already gone when the step was

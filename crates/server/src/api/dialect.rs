@@ -83,6 +83,9 @@ impl Dialect for Anthropic {
     fn id(&self) -> String {
         self.id.clone()
     }
+    fn route(&self) -> &'static str {
+        "POST /v1/messages"
+    }
     fn whole(&self, _created: u64, model: &str, pieces: Vec<Piece>, f: Finish, u: Usage) -> Value {
         let mut st = d::anthropic::MessageStream::new(&self.id, model, u.input_tokens);
         let mut outs = st.start();
@@ -232,6 +235,9 @@ struct ResponsesHandle(Arc<Responses>);
 impl Dialect for ResponsesHandle {
     fn id(&self) -> String {
         self.0.id.clone()
+    }
+    fn route(&self) -> &'static str {
+        "POST /v1/responses"
     }
     fn whole(&self, created: u64, model: &str, pieces: Vec<Piece>, f: Finish, u: Usage) -> Value {
         let mut st = d::responses::ResponseStream::new(&self.0.id, created, model, &self.0.t);

@@ -58,6 +58,8 @@ pub(crate) struct Entry {
     api: Api,
     dialect: Option<Arc<dyn Dialect>>,
     caller: Option<Admitted>,
+    /// Its record (access log, trace), shared with the reply and the engine.
+    record: Arc<crate::ops::trace::Record>,
 }
 
 /// Serve a request: a chat or completion body; with a `dialect`, a chat
@@ -80,6 +82,13 @@ pub(crate) async fn generate(
             seq,
         ),
     };
+    let record = s.recorder().begin(&id, &headers, arrival);
+    let route = match (&dialect, api) {
+        (Some(d), _) => d.route(),
+        (None, Api::Chat) => "POST /v1/chat/completions",
+        (None, Api::Completion) => "POST /v1/completions",
+    };
+    record.note(|r| r.route = route);
     let peek = models::Peek::of(&body);
     // A stream whose model must load first answers at once and pings
     // while it loads (chat completions; another API's client waits).
@@ -91,10 +100,12 @@ pub(crate) async fn generate(
         .get()
         .and_then(|r| r.model_of(peek.model()))
         .unwrap_or_default();
+    let traceparent = s.recorder().response_header(&record);
     let entry = Entry {
         api,
         dialect,
         caller,
+        record,
     };
     let fut = answer(s.clone(), id.clone(), seq, body, entry, arrival, peek);
     let mut resp = if waits {
@@ -105,6 +116,9 @@ pub(crate) async fn generate(
     };
     if let Ok(v) = HeaderValue::from_str(&id) {
         resp.headers_mut().insert("x-request-id", v);
+    }
+    if let Some(v) = traceparent.and_then(|t| HeaderValue::from_str(&t).ok()) {
+        resp.headers_mut().insert("traceparent", v);
     }
     resp
 }
@@ -119,12 +133,17 @@ async fn answer(
     peek: models::Peek,
 ) -> Response {
     let span = tracing::info_span!("request", request_id = %id);
+    let record = api.record.clone();
     let result =
         tracing::Instrument::instrument(run(&s, &id, seq, body, api, arrival, peek), span).await;
     match result {
         Ok(r) => r,
         Err((e, m)) => {
             tracing::info!(request_id = %id, status = e.status.as_u16(), code = e.code, "request rejected");
+            record.note(|r| {
+                r.status = e.status.as_u16();
+                r.error = Some(e.code);
+            });
             let m = m.unwrap_or_else(|| s.metrics.clone());
             m.record_status(e.status.as_u16());
             m.record_failure(e.code);
@@ -161,6 +180,7 @@ async fn generate_on(
         api,
         dialect,
         caller,
+        record,
     }: Entry,
     arrival: Instant,
     routed: models::Routed,
@@ -169,13 +189,35 @@ async fn generate_on(
     // Everything the body holds has been moved out (a request's media can
     // make it tens of MiB): not held while the request runs.
     drop(body);
+    record.note(|r| {
+        r.model = routed.name.clone();
+        r.adapters = adapter_names(&routed);
+        r.stream = spec.stream;
+        r.choices = spec.n;
+    });
     let mut p = prepare(s, &mut spec, input, api, &routed.engine, arrival).await?;
     let media_tokens = p.media_tokens;
     // A batch line (`batch::line`) runs in the background.
     p.plan.tenancy = crate::batch::line::mark(tenancy(caller.as_ref(), spec.priority));
     // Reserved until the reply ends (the stream's end, for a stream).
+    record.note(|r| {
+        r.key = caller.as_ref().map(|a| a.name.clone());
+        r.priority = p.plan.tenancy.priority;
+        r.tokenized = Some(p.plan.tokenized);
+        r.media = !p.plan.media.is_empty();
+        r.prompt_tokens = p.prompt.len() as u32;
+    });
     let charge = reserve(caller.as_ref(), p.prompt.len(), p.plan.max_tokens, spec.n)?;
-    let streams = submit(id, api, &spec, p.prompt.clone(), p.plan, &routed, arrival)?;
+    let timeline: Arc<dyn steward_engine::TimelineSink> = record.clone();
+    let streams = submit(
+        id,
+        api,
+        &spec,
+        p.prompt.clone(),
+        (p.plan, timeline),
+        &routed,
+        arrival,
+    )?;
     let ctx = ReplyCtx {
         id: id.to_string(),
         model: routed.name.clone(),
@@ -191,8 +233,25 @@ async fn generate_on(
         dialect,
         media_tokens,
         charge,
+        record,
     };
     deliver(s, ctx, streams, p.prompt.len() as u32).await
+}
+
+/// The request's adapter set by name (`name*scale`, comma-separated).
+fn adapter_names(routed: &models::Routed) -> String {
+    let list = routed.engine.adapters();
+    let name = |id: usize| {
+        list.iter()
+            .find(|a| a.id == id)
+            .map_or_else(|| id.to_string(), |a| a.name.clone())
+    };
+    let names: Vec<String> = routed
+        .adapters
+        .iter()
+        .map(|&(id, scale)| format!("{}*{scale}", name(id)))
+        .collect();
+    names.join(",")
 }
 
 /// Whom a request runs for and how it ranks: its key's name and weight,
@@ -514,7 +573,7 @@ fn submit(
     api: Api,
     spec: &GenSpec,
     prompt: Vec<TokenId>,
-    mut plan: Plan,
+    (mut plan, timeline): (Plan, Arc<dyn steward_engine::TimelineSink>),
     routed: &models::Routed,
     arrival: Instant,
 ) -> Result<Vec<RequestStream>, ApiError> {
@@ -553,6 +612,7 @@ fn submit(
             media: plan.media.clone(),
             tenancy: plan.tenancy.clone(),
             pin: spec.pin,
+            timeline: Some(timeline.clone()),
         })?);
     }
     Ok(streams)
@@ -586,6 +646,7 @@ async fn deliver(
     }
     if ctx.spec.stream {
         ctx.metrics.record_status(200);
+        ctx.record.note(|r| r.status = 200);
         Ok(sse_response(
             s.sse_keepalive,
             ctx,
@@ -604,12 +665,19 @@ async fn deliver(
         .into_iter()
         .collect::<Result<Vec<_>, _>>()?;
         ctx.metrics.record_status(200);
+        ctx.record.note(|r| {
+            r.status = 200;
+            r.finish = results
+                .iter()
+                .map(|c| c.2.reason.as_str().to_string())
+                .collect();
+        });
         for r in &results {
-            ctx.metrics.observe_finished(&r.2);
+            ctx.metrics.observe_finished(&r.2, ctx.record.exemplar());
         }
         // Non-streaming: the first text leaves with the whole body.
         ctx.metrics
-            .observe_first_text(ctx.arrival.elapsed().as_secs_f64());
+            .observe_first_text(ctx.arrival.elapsed().as_secs_f64(), ctx.record.exemplar());
         Ok(Json(ctx.full_response(results)).into_response())
     }
 }

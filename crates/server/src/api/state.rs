@@ -55,6 +55,9 @@ pub struct AppState {
     /// The Batch API (`batch::Batches`, typed there: `api/` sits below
     /// `batch/`), once `start_batch` has opened its state directory.
     pub(crate) batch: std::sync::OnceLock<Arc<dyn std::any::Any + Send + Sync>>,
+    /// Requests' records: the access log and traces (`ops/trace`), started
+    /// by `set_tracing` or, with the defaults, by the first request.
+    recorder: std::sync::OnceLock<Arc<crate::ops::trace::Recorder>>,
 }
 
 /// How the HTTP layer treats requests (`steward serve` flags).
@@ -151,6 +154,7 @@ impl AppState {
             feeds: AtomicUsize::new(0),
             media: Default::default(),
             batch: std::sync::OnceLock::new(),
+            recorder: std::sync::OnceLock::new(),
         })
     }
 }
@@ -213,6 +217,19 @@ impl AppState {
     /// The state directory, once set.
     pub fn state_dir(&self) -> Option<Arc<crate::state::StateDir>> {
         self.state_dir.get().cloned()
+    }
+
+    /// Start the access log and traces with these settings (once, on the
+    /// Tokio runtime, before the server serves).
+    pub fn set_tracing(&self, cfg: crate::ops::trace::TraceConfig) {
+        let _ = self.recorder.set(crate::ops::trace::Recorder::start(cfg));
+    }
+
+    /// The records' entrance (started with the defaults if `set_tracing`
+    /// was not called; on the Tokio runtime).
+    pub fn recorder(&self) -> &Arc<crate::ops::trace::Recorder> {
+        self.recorder
+            .get_or_init(|| crate::ops::trace::Recorder::start(Default::default()))
     }
 
     /// The dashboard feeds open on this server.

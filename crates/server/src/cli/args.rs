@@ -24,6 +24,8 @@ pub(crate) struct ServeArgs {
     pub(crate) kv_events: steward_server::kvevents::KvEventArgs,
     #[command(flatten)]
     pub(crate) batch: steward_server::BatchArgs,
+    #[command(flatten)]
+    pub(crate) trace: steward_server::trace::TraceArgs,
     /// Name clients use in the `model` field (default: the file's stem).
     #[arg(long)]
     pub(crate) served_model_name: Option<String>,

@@ -3,7 +3,8 @@
 //! copied; `serve`: the process, listeners, drain; `models`: `--model`,
 //! `--hf`, `--models-config`, `--lora`, `--pin` into registry specs),
 //! `fetch-model`, `bench-runtime` and `convert` (`runtime`), `rpc-worker`
-//! and `--rpc` (`rpc`); the model flags every command shares (`model`).
+//! and `--rpc` (`rpc`); the model flags every command shares (`model`);
+//! `top` and `chat`, the terminal clients (`term`).
 //!
 //! Uses the library (`steward_server`) and the engine crates only; nothing
 //! in the library uses it.
@@ -17,6 +18,7 @@ mod models;
 mod rpc;
 mod runtime;
 mod serve;
+mod term;
 
 use args::ServeArgs;
 use runtime::{BenchRuntimeArgs, ConvertArgs};
@@ -30,6 +32,22 @@ use runtime::{BenchRuntimeArgs, ConvertArgs};
 pub(crate) struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+    /// Log lines as text or as one JSON object each (the access log's
+    /// fields become JSON fields).
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value = "text",
+        env = "STEWARD_LOG_FORMAT"
+    )]
+    pub(crate) log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -46,6 +64,12 @@ enum Cmd {
     /// Expose this machine's devices to a `serve --rpc` elsewhere
     /// (llama.cpp's RPC backend; no authentication: loopback by default).
     RpcWorker(rpc::RpcWorkerArgs),
+    /// The live engine view in a terminal (the dashboard's feed): models,
+    /// requests and their progress, the memory ledger, recent steps.
+    Top(term::TopArgs),
+    /// Chat in the terminal, streaming, with a server (or, without a URL,
+    /// with the default model served here for the chat).
+    Chat(term::ChatArgs),
 }
 
 #[derive(Args)]
@@ -66,5 +90,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::BenchRuntime(a) => runtime::bench_runtime(a),
         Cmd::Convert(a) => runtime::convert(a),
         Cmd::RpcWorker(a) => rpc::rpc_worker(a),
+        Cmd::Top(a) => term::top(a),
+        Cmd::Chat(a) => term::chat(a),
     }
 }

@@ -70,6 +70,7 @@ pub(crate) fn serve(a: ServeArgs) -> anyhow::Result<()> {
         // Serve at once: /health answers and /ready says "loading" while the
         // model loads and warms up.
         let state = steward_server::AppState::with_options(options);
+        state.set_tracing(a.trace.config().map_err(anyhow::Error::msg)?);
         let loaded = durable.start(&state, &a)?;
         let app = steward_server::app(state.clone());
         tokio::spawn(steward_server::access::reload_on_sighup(keys, tls));

@@ -98,6 +98,8 @@ pub(crate) struct ReplyCtx {
     /// The key's token reservation and usage, settled when the reply
     /// (and so a stream) ends (`None`: no keys).
     pub(crate) charge: Option<Charge>,
+    /// The request's record (access log, trace): texts sent, how it ended.
+    pub(crate) record: std::sync::Arc<crate::ops::trace::Record>,
 }
 
 /// Usage of a whole request: the prompt once, every choice's completion,
@@ -582,14 +584,17 @@ impl St {
                 self.ctx.start_choice(i, c, &mut self.queue);
                 if self.first_text_sent_ms.is_none() {
                     let s = self.ctx.arrival.elapsed().as_secs_f64();
-                    self.ctx.metrics.observe_first_text(s);
+                    let ex = self.ctx.record.exemplar();
+                    self.ctx.metrics.observe_first_text(s, ex);
                     self.first_text_sent_ms = Some(s * 1e3);
                 }
+                self.ctx.record.text_sent();
                 let now = Instant::now();
                 if let Some(prev) = self.last_text.replace(now) {
-                    self.ctx
-                        .metrics
-                        .observe_itl(now.duration_since(prev).as_secs_f64());
+                    self.ctx.metrics.observe_itl(
+                        now.duration_since(prev).as_secs_f64(),
+                        self.ctx.record.exemplar(),
+                    );
                 }
                 let text = match c.echo.take() {
                     Some(e) => e + &text,
@@ -616,7 +621,11 @@ impl St {
                 if self.queue.dialect.is_none() {
                     self.queue.chunk(&self.ctx, i, fin, &lps);
                 }
-                self.ctx.metrics.observe_finished(&f);
+                self.ctx
+                    .metrics
+                    .observe_finished(&f, self.ctx.record.exemplar());
+                let reason = finish_str(f.reason, calls).unwrap_or_default();
+                self.ctx.record.note(|r| r.finish.push(reason));
                 c.fin = Some(f);
                 self.remaining -= 1;
                 if self.remaining == 0 {
@@ -630,6 +639,7 @@ impl St {
             Some(Event::Error(e)) => {
                 let api = ApiError::from(e);
                 self.ctx.metrics.record_failure(api.code);
+                self.ctx.record.note(|r| r.error = Some(api.code));
                 self.queue.error(api);
                 self.done = true;
             }

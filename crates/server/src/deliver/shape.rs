@@ -24,6 +24,8 @@ pub(crate) trait DialectStream: Send {
 pub(crate) trait Dialect: Send + Sync {
     /// The request's ID (also its stored response's, for Responses).
     fn id(&self) -> String;
+    /// Its route, for the access log and traces (`POST /v1/messages`).
+    fn route(&self) -> &'static str;
     /// The whole answer, from the output's pieces in the order the model
     /// wrote them (through the same event machine as a stream, so the two
     /// cannot differ).

@@ -14,15 +14,27 @@ const BUCKETS_S: [f64; 12] = [
     0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 ];
 
+/// A recent observation's trace (OpenMetrics exemplar): the trace id, the
+/// value, when (Unix seconds).
+#[derive(Clone, Copy)]
+struct Exemplar {
+    trace: [u8; 16],
+    value: f64,
+    at: f64,
+}
+
 #[derive(Default)]
 struct Histogram {
     counts: [u64; BUCKETS_S.len()],
     sum: f64,
     n: u64,
+    /// The latest traced observation per bucket (`+Inf` last).
+    ex: [Option<Exemplar>; BUCKETS_S.len() + 1],
 }
 
 impl Histogram {
-    fn observe(&mut self, v: f64) {
+    /// Observe `v`; with a trace id, it becomes its bucket's exemplar.
+    fn observe(&mut self, v: f64, trace: Option<[u8; 16]>) {
         for (i, b) in BUCKETS_S.iter().enumerate() {
             if v <= *b {
                 self.counts[i] += 1;
@@ -30,13 +42,44 @@ impl Histogram {
         }
         self.sum += v;
         self.n += 1;
-    }
-    fn render(&self, out: &mut String, name: &str, help: &str) {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
-        for (i, b) in BUCKETS_S.iter().enumerate() {
-            let _ = writeln!(out, "{name}_bucket{{le=\"{b}\"}} {}", self.counts[i]);
+        if let Some(trace) = trace {
+            let i = BUCKETS_S
+                .iter()
+                .position(|b| v <= *b)
+                .unwrap_or(BUCKETS_S.len());
+            let at = steward_engine::stats::unix_ms() / 1e3;
+            self.ex[i] = Some(Exemplar {
+                trace,
+                value: v,
+                at,
+            });
         }
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", self.n);
+    }
+    /// Prometheus text; with `om` (OpenMetrics), each bucket's exemplar.
+    fn render(&self, out: &mut String, name: &str, help: &str, om: bool) {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        let ex = |i: usize| match (om, self.ex[i]) {
+            (true, Some(e)) => format!(
+                " # {{trace_id=\"{}\"}} {} {:.3}",
+                e.trace
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect::<String>(),
+                e.value,
+                e.at
+            ),
+            _ => String::new(),
+        };
+        for (i, b) in BUCKETS_S.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{le=\"{b}\"}} {}{}",
+                self.counts[i],
+                ex(i)
+            );
+        }
+        let inf = ex(BUCKETS_S.len());
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}{inf}", self.n);
         let _ = writeln!(out, "{name}_sum {}\n{name}_count {}", self.sum, self.n);
     }
 }
@@ -69,21 +112,25 @@ impl HttpMetrics {
     pub fn record_failure(&self, code: &'static str) {
         self.with(|m| *m.failures.entry(code).or_default() += 1);
     }
-    pub fn observe_first_text(&self, secs: f64) {
-        self.with(|m| m.first_text.observe(secs));
+    /// `trace`: the request's trace id when its trace is kept (an
+    /// exemplar), here and below.
+    pub fn observe_first_text(&self, secs: f64, trace: Option<[u8; 16]>) {
+        self.with(|m| m.first_text.observe(secs, trace));
     }
-    pub fn observe_finished(&self, f: &Finished) {
+    pub fn observe_finished(&self, f: &Finished, trace: Option<[u8; 16]>) {
         self.with(|m| {
             *m.finish.entry(f.reason.as_str()).or_default() += 1;
-            m.ttft.observe(f.timings.first_token_ms / 1e3);
-            m.e2e.observe(f.timings.retired_ms / 1e3);
-            m.prefill
-                .observe((f.timings.prefill_done_ms - f.timings.admitted_ms).max(0.0) / 1e3);
+            m.ttft.observe(f.timings.first_token_ms / 1e3, trace);
+            m.e2e.observe(f.timings.retired_ms / 1e3, trace);
+            m.prefill.observe(
+                (f.timings.prefill_done_ms - f.timings.admitted_ms).max(0.0) / 1e3,
+                trace,
+            );
         });
     }
     /// Gap between two text chunks handed to the transport.
-    pub fn observe_itl(&self, secs: f64) {
-        self.with(|m| m.itl.observe(secs));
+    pub fn observe_itl(&self, secs: f64, trace: Option<[u8; 16]>) {
+        self.with(|m| m.itl.observe(secs, trace));
     }
 
     /// TTFT and inter-token histograms for the dashboard: cumulative
@@ -104,7 +151,8 @@ impl HttpMetrics {
 }
 
 /// The HTTP side's counters and histograms.
-pub fn render_http(o: &mut String, h: &HttpMetrics) {
+/// `om`: OpenMetrics, with exemplars.
+pub fn render_http(o: &mut String, h: &HttpMetrics, om: bool) {
     if let Ok(m) = h.0.lock() {
         let _ = writeln!(o, "# HELP steward_http_responses_total HTTP responses by status\n# TYPE steward_http_responses_total counter");
         for (k, v) in &m.status {
@@ -122,26 +170,31 @@ pub fn render_http(o: &mut String, h: &HttpMetrics) {
             o,
             "steward_time_to_first_token_seconds",
             "Arrival to first sampled token",
+            om,
         );
         m.first_text.render(
             o,
             "steward_time_to_first_text_seconds",
             "Arrival to first text handed to the transport",
+            om,
         );
         m.e2e.render(
             o,
             "steward_request_duration_seconds",
             "Arrival to retirement",
+            om,
         );
         m.itl.render(
             o,
             "steward_inter_token_latency_seconds",
             "Gap between text chunks sent to a streaming client",
+            om,
         );
         m.prefill.render(
             o,
             "steward_prefill_duration_seconds",
             "Admission to prefill done",
+            om,
         );
     }
 }
@@ -149,22 +202,25 @@ pub fn render_http(o: &mut String, h: &HttpMetrics) {
 /// The HTTP side's latency histograms under vLLM's names (loaded models
 /// only): TTFT and end-to-end of finished requests, the gap between text
 /// chunks of streams.
-pub fn render_vllm_latency(o: &mut String, h: &HttpMetrics) {
+pub fn render_vllm_latency(o: &mut String, h: &HttpMetrics, om: bool) {
     if let Ok(m) = h.0.lock() {
         m.ttft.render(
             o,
             "vllm:time_to_first_token_seconds",
             "Arrival to first sampled token (vLLM name)",
+            om,
         );
         m.itl.render(
             o,
             "vllm:inter_token_latency_seconds",
             "Gap between text chunks sent to a streaming client (vLLM name)",
+            om,
         );
         m.e2e.render(
             o,
             "vllm:e2e_request_latency_seconds",
             "Arrival to retirement (vLLM name)",
+            om,
         );
     }
 }

@@ -95,6 +95,42 @@ pub fn merge(blocks: &[(String, String)]) -> String {
     o
 }
 
+/// The Prometheus text as OpenMetrics 1.0 (what a scraper asking for
+/// exemplars gets): a counter family is named without its `_total` suffix
+/// in `# HELP` / `# TYPE` (its samples keep it), and the text ends with
+/// `# EOF`.
+pub(crate) fn openmetrics(text: &str) -> String {
+    let counters: std::collections::HashSet<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.strip_suffix(" counter"))
+        .filter(|n| n.ends_with("_total"))
+        .collect();
+    let mut out = String::with_capacity(text.len() + 8);
+    for line in text.lines() {
+        let head = line
+            .strip_prefix("# HELP ")
+            .map(|r| ("# HELP ", r))
+            .or_else(|| line.strip_prefix("# TYPE ").map(|r| ("# TYPE ", r)));
+        match head {
+            Some((tag, rest)) => {
+                let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+                let name = match counters.contains(name) {
+                    true => name.strip_suffix("_total").unwrap_or(name),
+                    false => name,
+                };
+                let _ = writeln!(out, "{tag}{name} {tail}");
+            }
+            None => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    out.push_str("# EOF\n");
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

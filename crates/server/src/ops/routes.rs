@@ -79,7 +79,15 @@ pub(crate) async fn debug_cells(
 /// Every loaded model's engine and HTTP metrics labelled with the model,
 /// the requests no model was found for (`model=""`), and each known
 /// model's state.
-pub(crate) async fn metrics_text(State(s): State<Shared>) -> Response {
+pub(crate) async fn metrics_text(
+    State(s): State<Shared>,
+    headers: axum::http::HeaderMap,
+) -> Response {
+    // OpenMetrics when the scraper asks for it (exemplars need it).
+    let om = headers
+        .get(axum::http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("application/openmetrics-text"));
     let Ok(reg) = s.registry() else {
         let body = "# HELP steward_phase Readiness phase (1 for the current one)\n# TYPE steward_phase gauge\nsteward_phase{phase=\"loading\"} 1\n";
         return ([("content-type", "text/plain; version=0.0.4")], body).into_response();
@@ -96,24 +104,29 @@ pub(crate) async fn metrics_text(State(s): State<Shared>) -> Response {
             metrics::render_media(&mut b, enc);
         }
         let http = s.model_metrics(name);
-        counters::render_http(&mut b, &http);
-        counters::render_vllm_latency(&mut b, &http);
+        counters::render_http(&mut b, &http, om);
+        counters::render_vllm_latency(&mut b, &http, om);
         blocks.push((name.clone(), b));
     }
     for name in reg.names() {
         if !loaded.iter().any(|(n, _)| *n == name) {
             let mut b = String::new();
-            counters::render_http(&mut b, &s.model_metrics(&name));
+            counters::render_http(&mut b, &s.model_metrics(&name), om);
             blocks.push((name, b));
         }
     }
     let mut b = String::new();
-    counters::render_http(&mut b, &s.metrics);
+    counters::render_http(&mut b, &s.metrics, om);
     blocks.push((String::new(), b));
     let mut body = labels::merge(&blocks);
     models::render_states(&mut body, reg);
     metrics::render_store(&mut body, &s.responses);
     s.keys.metrics(&mut body);
     s.keys.usage.render(&mut body);
+    s.recorder().render(&mut body);
+    if om {
+        let ct = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+        return ([("content-type", ct)], labels::openmetrics(&body)).into_response();
+    }
     ([("content-type", "text/plain; version=0.0.4")], body).into_response()
 }

@@ -29,6 +29,10 @@ pub(crate) struct Decision {
     pub adds: usize,
     /// The reservation: growth beyond the reused cells.
     pub growth: u64,
+    /// A restore reserving only its exact need (its loaded cells as the
+    /// reused prefix): set by the owner when the whole growth and the
+    /// loaded cells cannot both fit (`owner/admit.rs::reserve`).
+    pub tight: bool,
 }
 
 /// Decide. `eligible`: the request may reuse state at all (the cache is
@@ -69,6 +73,7 @@ pub(crate) fn decide(
         offered_len,
         adds,
         growth: need.saturating_sub(reserved_reuse as u64),
+        tight: false,
     }
 }
 

@@ -106,7 +106,13 @@ fn a_repeated_prompt_reuses_all_but_its_last_token_with_the_same_output() {
 /// One slot with a host tier: `p` runs (6 tokens), then another prompt
 /// evicts its entry, which goes to the host tier.
 fn spilled(p: &[TokenId]) -> Harness {
+    spilled_in(p, 512)
+}
+
+/// `spilled` with `ctx` cells in the slot.
+fn spilled_in(p: &[TokenId], ctx: u32) -> Harness {
     let mut c = cached_config(1);
+    c.admit.ctx_per_seq = ctx;
     c.admit.prefix_host_bytes = 1 << 20;
     c.admit.prefix_host_min = 8;
     let mut h = harness(c);
@@ -151,13 +157,13 @@ fn an_evicted_prefix_is_restored_from_the_host_tier_with_the_same_output() {
     assert_eq!(done(&events(&mut other)).cached_tokens, 0);
 }
 
-#[test]
-fn a_refused_restore_leaves_the_whole_growth_reserved() {
+/// A planned restore (39 tokens) the runtime refuses, in a slot of `ctx`
+/// cells: the request computes its whole prompt, and its reservation must
+/// cover all of it.
+fn refused_restore_reserves_the_whole_growth(ctx: u32) {
     let p = prompt(3, 40);
-    let mut h = spilled(&p);
+    let mut h = spilled_in(&p, ctx);
     assert_eq!(h.stats.borrow().prefix_spills, 1);
-    // The restore is planned (39 tokens) but refused: the request computes
-    // its whole prompt, and its reservation must cover all of it.
     h.owner.rt.refuse_restore = true;
     let mut again = h.submit_tokens(&p, 6, "again");
     h.ticks(1); // admitted; its first 16-token chunk computed
@@ -166,6 +172,42 @@ fn a_refused_restore_leaves_the_whole_growth_reserved() {
     h.run_idle();
     assert_eq!(done(&events(&mut again)).cached_tokens, 0);
     h.assert_idle_cached();
+}
+
+#[test]
+fn a_refused_restore_leaves_the_whole_growth_reserved() {
+    refused_restore_reserves_the_whole_growth(512);
+}
+
+#[test]
+fn a_restore_with_no_room_for_twice_its_history_reserves_its_exact_need() {
+    // 64 cells: the restored 39 and the whole growth (46) cannot both be
+    // reserved, the exact need (46) can: restored, not recomputed.
+    let p = prompt(3, 40);
+    let mut c = config(1, 16);
+    c.admit.ctx_per_seq = 64;
+    let want = reference(c, &p, 6);
+    let mut h = spilled_in(&p, 64);
+    let mut again = h.submit_tokens(&p, 6, "again");
+    h.ticks(1);
+    assert_eq!(h.owner.seqs[0].reused, 39);
+    assert_eq!(
+        h.owner.ledger.reserved(),
+        46 - 39 - 1,
+        "growth, its first token computed"
+    );
+    h.run_idle();
+    let ev = events(&mut again);
+    assert_eq!(done(&ev).cached_tokens, 39);
+    assert_eq!(done(&ev).output_tokens, want);
+    assert_eq!(h.owner.rt.restores, 1);
+    h.assert_idle_cached();
+}
+
+#[test]
+fn a_refused_tight_restore_reserves_its_prefix_again() {
+    // 64 cells: the restore was reserved tight (its exact need).
+    refused_restore_reserves_the_whole_growth(64);
 }
 
 #[test]
