@@ -107,7 +107,7 @@ def tenants_round(base, heavy, seconds):
             "light_tok_s": tokens["light"] / light_s}
 
 
-def light_alone(base, n=8):
+def light_alone(base, n=20):
     return [stream(base, LIGHT_KEY, 8000 + i, max_tokens=16)[0] for i in range(n)]
 
 
@@ -268,6 +268,7 @@ def batch_bench(a, logdir):
         time.sleep(2)
         out["ttft_batch"] = interactive(base, a.seconds, lambda: done["v"])
         t.join()
+        out["interrupted"] = metric(base, "steward_steps_interrupted_total")
     finally:
         p.terminate()
         p.wait()
@@ -278,8 +279,8 @@ def batch_bench(a, logdir):
         print(f"| {label} | {out[k]:.1f} | {n / out[k]:.2f} | {64 * n / out[k]:.1f} |")
     i50, b50 = q(out["ttft_idle"], .5), q(out["ttft_batch"], .5)
     print(f"\ninteractive TTFT p50: {i50 * 1e3:.0f} ms idle, {b50 * 1e3:.0f} ms with a batch running "
-          f"({b50 / i50:.2f}x; {len(out['ttft_batch'])} requests); batch {out['batch_status']} "
-          f"{out['batch_counts']}")
+          f"({b50 / i50:.2f}x; {len(out['ttft_batch'])} requests; {out['interrupted']:.0f} batch steps "
+          f"interrupted); batch {out['batch_status']} {out['batch_counts']}")
     return out
 
 
@@ -340,6 +341,9 @@ def main():
                     alone = light_alone(base)
                     res = tenants_round(base, a.heavy, a.seconds)
                     res["alone_ttft"] = alone
+                    if arms[name] is not None:
+                        res["interrupted"] = metric(base, "steward_steps_interrupted_total")
+                        res["interrupted_s"] = metric(base, "steward_steps_interrupted_seconds_total")
                     results["tenants"].setdefault(name, []).append(res)
                     print(f"round {r} {name}: light TTFT p50 {q(res['light_ttft'], .5) * 1e3:.0f} ms "
                           f"p99 {q(res['light_ttft'], .99) * 1e3:.0f} ms (alone p50 "
@@ -348,16 +352,18 @@ def main():
                 finally:
                     p.terminate()
                     p.wait()
-        print("\n| server | light alone TTFT p50 (ms) | light TTFT p50 (ms) | light TTFT p99 (ms) "
-              "| heavy key tok/s | light key tok/s |")
-        print("|---|---|---|---|---|---|")
+        print("\n| server | light alone TTFT p50 / p99 (ms) | light TTFT p50 (ms) | light TTFT p99 (ms) "
+              "| heavy key tok/s | light key tok/s | steps interrupted (compute lost, s) |")
+        print("|---|---|---|---|---|---|---|")
         for name, runs in results["tenants"].items():
             lt = [x for r in runs for x in r["light_ttft"]]
             al = [x for r in runs for x in r["alone_ttft"]]
             hv = statistics.median(r["heavy_tok_s"] for r in runs)
             li = statistics.median(r["light_tok_s"] for r in runs)
-            print(f"| {name} | {q(al, .5) * 1e3:.0f} | {q(lt, .5) * 1e3:.0f} | {q(lt, .99) * 1e3:.0f} "
-                  f"| {hv:.1f} | {li:.1f} |")
+            intr = sum(r.get("interrupted", 0) for r in runs)
+            intr_s = sum(r.get("interrupted_s", 0) for r in runs)
+            print(f"| {name} | {q(al, .5) * 1e3:.0f} / {q(al, .99) * 1e3:.0f} | {q(lt, .5) * 1e3:.0f} "
+                  f"| {q(lt, .99) * 1e3:.0f} | {hv:.1f} | {li:.1f} | {intr:.0f} ({intr_s:.1f}) |")
     with open(os.path.join(a.out, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
 

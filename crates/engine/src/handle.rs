@@ -37,6 +37,8 @@ pub(crate) struct Shared {
     pub(crate) adapters: Arc<std::sync::RwLock<Vec<AdapterInfo>>>,
     /// Unique per engine started in this process.
     pub(crate) instance: u64,
+    /// Interrupting the owner's step for a request that outranks it.
+    pub(crate) interrupt: Arc<crate::owner::interrupt::Interrupt>,
 }
 
 /// Cheap to clone; every clone talks to the same execution owner.
@@ -286,6 +288,7 @@ impl EngineHandle {
     pub fn submit(&self, req: GenerateRequest) -> Result<RequestStream, SubmitError> {
         let (tx, rx) = mpsc::channel(self.shared.config.deliver.outbox_capacity.max(2));
         let id = req.id.clone();
+        let tenancy = req.tenancy.clone();
         let note = Arc::new(crate::deliver::stream::CancelNote::default());
         let sub = Submission {
             req,
@@ -293,6 +296,8 @@ impl EngineHandle {
             note: note.clone(),
         };
         self.enqueue(Command::Submit(Box::new(sub)))?;
+        // In the inbox now: a step it outranks ends early for it.
+        self.shared.interrupt.arrived(&tenancy);
         Ok(RequestStream::new(id, rx, note))
     }
 

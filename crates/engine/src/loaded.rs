@@ -240,6 +240,7 @@ impl Loaded {
         let (stats_tx, stats_rx) = watch::channel(EngineStats::starting(&config, load_ms));
         let queued = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let adapters = Arc::new(std::sync::RwLock::new(Vec::new()));
+        let interrupt = Arc::new(crate::owner::interrupt::Interrupt::default());
         let owner = if model.facts.pooling.is_some() {
             owner::embed::spawn(
                 model.clone(),
@@ -261,6 +262,7 @@ impl Loaded {
                     adapters: adapters.clone(),
                     cores,
                     wake: Some(inbox_tx.downgrade()),
+                    interrupt: interrupt.clone(),
                 },
             })?
         };
@@ -277,6 +279,7 @@ impl Loaded {
                 owner: std::sync::Mutex::new(Some(owner)),
                 footprint,
                 adapters,
+                interrupt,
                 instance: {
                     static NEXT: std::sync::atomic::AtomicU64 =
                         std::sync::atomic::AtomicU64::new(1);

@@ -267,6 +267,10 @@ pub struct EngineStats {
     pub preempt_recomputed_tokens: u64,
     pub preempted: usize,
     pub preempted_bytes: u64,
+    /// Steps interrupted for a request that outranked them
+    /// (`owner/interrupt.rs`), and the compute they had spent.
+    pub steps_interrupted: u64,
+    pub interrupted_ms_total: f64,
     /// The disk tier (`owner/kv/disk.rs`; zero when off).
     pub disk: DiskStats,
     /// Pinned prefixes (`owner/pins.rs`): held now (entries, host bytes),

@@ -322,6 +322,7 @@ impl<B: Backend> Owner<B> {
         let (spec_mode, spec_max) = self.spec_for(w.sub.req.speculative);
         let mut seq = Sequence::new(self.next_key, slot, w.sub, limits, permit, reused, w.order);
         seq.arrival_step = w.step;
+        seq.urgent = self.claims_urgency(&seq.tenancy);
         seq.speculate(spec_mode, spec_max, &self.spec.priors);
         // Device sampling where the request's sampler is plain greedy;
         // the slot keeps its path until a request needs the other one.

@@ -57,6 +57,10 @@ impl<B: Backend> Owner<B> {
             (Some(t), Some(i)) => Some(t.min(i)),
             (t, i) => t.or(i),
         };
+        // A newcomer's step of its own (`owner/interrupt.rs`) carries no
+        // decoder, though it holds them up: their target, not their rows.
+        let urgent = self.seqs.iter().any(|s| s.urgent && !s.is_decoding());
+        let decoders = if urgent { 0 } else { decoders };
         // (A batch line's prompt alone is held to the target as a step
         // with one decoder would be: the cost model prices it.)
         let rhythm = decoders.max(usize::from(background && itl.is_some()));

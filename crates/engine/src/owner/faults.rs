@@ -36,9 +36,9 @@ impl<B: Backend> Owner<B> {
         }
     }
 
-    /// The runtime refused `plan`: undo it, then fail its one sequence, or
-    /// make its sequences suspects.
-    pub(super) fn step_failed(&mut self, plan: &Plan, e: &StepError) {
+    /// Put every slot of `plan` back as it was before the step. Returns the
+    /// step's sequences and those whose state could not be rewound.
+    fn rewind_step(&mut self, plan: &Plan) -> (Vec<u64>, Vec<u64>) {
         let keys: Vec<u64> = plan
             .decode
             .iter()
@@ -70,6 +70,35 @@ impl<B: Backend> Owner<B> {
             }
         }
         self.sync_shared_lo();
+        (keys, lost)
+    }
+
+    /// The step was interrupted for a newcomer (`owner/interrupt.rs`): its
+    /// rows are rewound and run in a later step; `spent` ms of compute
+    /// are lost.
+    pub(super) fn step_interrupted(&mut self, plan: &Plan, spent: f64) {
+        let (_, lost) = self.rewind_step(plan);
+        if !lost.is_empty() {
+            // Not expected: only steps that can be rewound are interrupted.
+            tracing::error!(
+                sequences = lost.len(),
+                "an interrupted step could not be rewound; failing its sequences"
+            );
+            self.fail(
+                &lost,
+                "the step was interrupted and could not be rewound".into(),
+            );
+        }
+        self.stats.send_modify(|s| {
+            s.steps_interrupted += 1;
+            s.interrupted_ms_total += spent;
+        });
+    }
+
+    /// The runtime refused `plan`: undo it, then fail its one sequence, or
+    /// make its sequences suspects.
+    pub(super) fn step_failed(&mut self, plan: &Plan, e: &StepError) {
+        let (keys, lost) = self.rewind_step(plan);
         if !lost.is_empty() {
             tracing::error!(error = %e, sequences = lost.len(), "step failed and its state cannot be rewound (recurrent, or window cells overwritten); failing its sequences");
             self.suspects.retain(|k| !lost.contains(k));

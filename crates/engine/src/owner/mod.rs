@@ -25,6 +25,7 @@ pub mod embed;
 mod faults;
 pub mod inbox;
 mod intake;
+pub mod interrupt;
 pub mod kv;
 mod kvpublish;
 mod pins;
@@ -81,6 +82,9 @@ pub(crate) struct OwnerParts {
     pub cores: Option<Arc<crate::cores::Cores>>,
     /// The inbox, for the alarm that wakes an idle owner (pins' holds).
     pub wake: Option<mpsc::WeakSender<Command>>,
+    /// The flag a newcomer raises to interrupt the step in flight
+    /// (`owner/interrupt.rs`), shared with the handle.
+    pub interrupt: Arc<interrupt::Interrupt>,
 }
 
 /// A submitted request waiting for a slot: nothing allocated yet.
@@ -130,6 +134,8 @@ pub(crate) struct Owner<B: Backend> {
     next_order: u64,
     /// Wakes the owner when a pin's hold ends (`owner/pins.rs`).
     pin_alarm: Option<pins::Alarm>,
+    /// Interrupting the step in flight (`owner/interrupt.rs`).
+    interrupt: Arc<interrupt::Interrupt>,
 }
 
 impl<B: Backend> Owner<B> {
@@ -148,6 +154,8 @@ impl<B: Backend> Owner<B> {
             _ => StateModel::PerToken,
         };
         let kv = state::KvState::new(&c, kind, rt.state_bytes());
+        let mut rt = rt;
+        rt.set_interrupt(args.interrupt.flag());
         let mut owner = Owner {
             rt,
             vocab,
@@ -191,6 +199,7 @@ impl<B: Backend> Owner<B> {
                 .wake
                 .filter(|_| c.admit.pin_bytes > 0)
                 .and_then(pins::Alarm::start),
+            interrupt: args.interrupt,
             config: c,
         };
         owner.disk_start();

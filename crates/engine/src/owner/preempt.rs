@@ -290,6 +290,17 @@ impl<B: Backend> Owner<B> {
     /// in order); batch lines yield the step while an interactive prompt
     /// is prefilling.
     pub(super) fn step_order(&self, views: &mut Vec<SeqView>) {
+        // A newcomer that outranked everything running has its first step
+        // alone (`owner/interrupt.rs`).
+        let urgent: Vec<u64> = self
+            .seqs
+            .iter()
+            .filter(|s| s.urgent)
+            .map(|s| s.key)
+            .collect();
+        if views.iter().any(|v| urgent.contains(&v.key) && !v.decoding) {
+            views.retain(|v| urgent.contains(&v.key));
+        }
         let background: Vec<u64> = self
             .seqs
             .iter()

@@ -98,6 +98,9 @@ pub(super) struct Sequence {
     pub arrival_step: u64,
     pub first_step: Option<u64>,
     pub preemptions: u32,
+    /// Admitted outranking everything running: its first step runs alone
+    /// (`owner/interrupt.rs`).
+    pub urgent: bool,
     /// Its pin (`owner/pins.rs`), and the prompt tokens it newly pinned.
     pub pin: Option<crate::request::Pin>,
     pub pinned: u32,
@@ -174,6 +177,7 @@ impl Sequence {
             arrival_step: 0,
             first_step: None,
             preemptions: 0,
+            urgent: false,
             pin: r.pin,
             pinned: 0,
             arrival: r.arrival,

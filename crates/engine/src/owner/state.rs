@@ -174,4 +174,7 @@ pub(crate) struct Clock {
     pub last_done: Option<Instant>,
     /// Last cancellation latencies per state (bounded), for quantiles.
     pub cancel_samples: [VecDeque<f64>; 3],
+    /// The last step was interrupted (`owner/interrupt.rs`): the next one
+    /// may not be.
+    pub interrupted_last: bool,
 }

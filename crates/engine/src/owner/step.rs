@@ -65,15 +65,26 @@ impl<B: Backend> Owner<B> {
         let wasted = self.wasted_prompt(&plan);
         let t_submit = Instant::now();
         let gap = self.clock.last_done.take().map(|d| ms(d, t_submit));
+        self.interrupt.begin(
+            ok.is_ok()
+                .then(|| self.interruptible(&plan, isolated))
+                .flatten(),
+        );
         let submitted = ok.and_then(|_| self.rt.submit());
+        self.interrupt.end();
         let submit = ms(t_submit, Instant::now());
-        if let Err(e) = submitted {
-            self.step_failed(&plan, &e);
-            return;
+        self.clock.interrupted_last = matches!(submitted, Err(StepError::Interrupted));
+        match submitted {
+            Err(StepError::Interrupted) => {
+                return self.step_interrupted(&plan, ms(t_build, Instant::now()))
+            }
+            Err(e) => return self.step_failed(&plan, &e),
+            Ok(()) => {}
         }
         self.step_ok(isolated);
         let t_commit = Instant::now();
         self.commit(&plan, &built, &set);
+        self.urgency_served(&plan);
         let t_wait = Instant::now();
         self.rt.wait();
         let done = Instant::now();

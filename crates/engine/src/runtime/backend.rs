@@ -34,6 +34,9 @@ pub trait Backend {
     fn submit(&mut self) -> Result<(), StepError>;
     /// Wait until the submitted step has completed (its outputs readable).
     fn wait(&mut self) {}
+    /// A raised `flag` ends the step in flight early with
+    /// `StepError::Interrupted` (`owner/interrupt.rs`).
+    fn set_interrupt(&mut self, _flag: std::sync::Arc<std::sync::atomic::AtomicBool>) {}
     /// Submit the step and wait until it has completed.
     fn decode(&mut self) -> Result<(), StepError> {
         self.submit()?;
@@ -136,6 +139,9 @@ impl Backend for Runtime<'_> {
     }
     fn wait(&mut self) {
         Runtime::wait(self)
+    }
+    fn set_interrupt(&mut self, flag: std::sync::Arc<std::sync::atomic::AtomicBool>) {
+        Runtime::set_interrupt(self, flag)
     }
     fn logits(&self, row: usize) -> &[f32] {
         Runtime::logits(self, row)

@@ -62,6 +62,11 @@ pub struct FakeBackend {
     rows: Vec<Vec<f32>>,
     pub kv: Vec<Vec<TokenId>>,
     pub fail_next: bool,
+    /// The next step is interrupted after its first half of rows is
+    /// applied (llama.cpp keeps the ubatches it finished).
+    pub interrupt_next: bool,
+    /// Steps interrupted so far.
+    pub interrupted: usize,
     /// Every step carrying this slot fails, with this error: the fault
     /// belongs to one sequence.
     pub fail_slot: Option<(usize, StepError)>,
@@ -203,6 +208,15 @@ impl Backend for FakeBackend {
     fn submit(&mut self) -> Result<(), StepError> {
         if std::mem::take(&mut self.fail_next) {
             return Err(StepError::Decode("injected failure".into()));
+        }
+        if std::mem::take(&mut self.interrupt_next) {
+            let half = self.batch.len() / 2;
+            for &(tok, _, slot, _) in &self.batch[..half] {
+                self.kv[slot].push(tok);
+            }
+            self.batch.clear();
+            self.interrupted += 1;
+            return Err(StepError::Interrupted);
         }
         if let Some((slot, e)) = &self.fail_slot {
             if self.batch.iter().any(|b| b.2 == *slot) {

@@ -75,6 +75,10 @@ pub enum StepError {
     Decode(String),
     #[error("batch overflow: {0}")]
     Batch(String),
+    /// The step was interrupted for a request that outranks it
+    /// (`owner/interrupt.rs`): its rows are rewound and run again.
+    #[error("the step was interrupted")]
+    Interrupted,
 }
 
 fn backend() -> Result<&'static LlamaBackend, LoadError> {
@@ -453,6 +457,7 @@ impl LoadedModel {
             adapters: Vec::new(),
             active_adapters: Vec::new(),
             span: None,
+            interrupt: None,
             _model: std::marker::PhantomData,
         })
     }
@@ -527,6 +532,9 @@ pub struct Runtime<'m> {
     active_adapters: Vec<(usize, f32)>,
     /// The step's media span, decoded before its tokens (`media.rs`).
     span: Option<media::PendingSpan>,
+    /// The flag llama.cpp's abort callback reads (`set_interrupt`); kept
+    /// alive here while the context may read it.
+    interrupt: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
     _model: std::marker::PhantomData<&'m LlamaModel>,
 }
 
@@ -594,9 +602,27 @@ impl Runtime<'_> {
         match r {
             0 => Ok(()),
             1 => Err(StepError::NoKvSpace),
-            2 => Err(StepError::Decode("aborted".into())),
+            2 => Err(StepError::Interrupted),
             e => Err(StepError::Decode(format!("llama_decode returned {e}"))),
         }
+    }
+
+    /// Interrupt a step when `flag` is raised: llama.cpp's CPU backend
+    /// checks it between graph nodes, ends `llama_decode` with 2 and removes
+    /// the positions of the ubatch it was computing (ubatches it had
+    /// finished stay: the owner rewinds them, `owner/faults.rs`).
+    pub fn set_interrupt(&mut self, flag: std::sync::Arc<std::sync::atomic::AtomicBool>) {
+        extern "C" fn raised(data: *mut std::ffi::c_void) -> bool {
+            // SAFETY: `data` is the `AtomicBool` this runtime keeps alive
+            // in `interrupt` for as long as the context exists.
+            let flag = unsafe { &*(data as *const std::sync::atomic::AtomicBool) };
+            flag.load(std::sync::atomic::Ordering::Acquire)
+        }
+        let data = std::sync::Arc::as_ptr(&flag) as *mut std::ffi::c_void;
+        // SAFETY: the context is alive; the callback's data outlives it
+        // (the `Arc` is a field, dropped after the context is freed).
+        unsafe { llama_cpp_sys_2::llama_set_abort_callback(self.ctx.as_ptr(), Some(raised), data) };
+        self.interrupt = Some(flag);
     }
 
     /// Wait until the last submitted step has completed.

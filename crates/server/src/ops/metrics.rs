@@ -140,7 +140,7 @@ pub fn render(e: &EngineStats, waiting: usize) -> String {
 fn engine_table(
     e: &EngineStats,
     waiting: usize,
-) -> [(&'static str, &'static str, &'static str, f64); 82] {
+) -> [(&'static str, &'static str, &'static str, f64); 84] {
     let kv_frac = kv_usage(e);
     [
         (
@@ -328,6 +328,18 @@ fn engine_table(
             "Running sequences moved off their slots for a better-ranked request (their state saved to host memory, or recomputed on resume when the host tier had no room)",
             "counter",
             (e.preempt_swapped + e.preempt_recomputed) as f64,
+        ),
+        (
+            "steward_steps_interrupted_total",
+            "Steps interrupted for a request that outranked every row in them (rewound and run again)",
+            "counter",
+            e.steps_interrupted as f64,
+        ),
+        (
+            "steward_steps_interrupted_seconds_total",
+            "Compute the interrupted steps had spent",
+            "counter",
+            e.interrupted_ms_total / 1e3,
         ),
         (
             "steward_preemptions_recomputed_total",

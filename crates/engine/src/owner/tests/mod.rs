@@ -84,6 +84,7 @@ fn harness_kind(c: EngineConfig, memory: FakeMemory) -> Harness {
         adapters: Default::default(),
         cores: None,
         wake: None,
+        interrupt: Default::default(),
     };
     let kind = match memory {
         FakeMemory::Attention => MemoryKind::Attention,
@@ -714,6 +715,7 @@ fn aligned_chunks_match_unaligned_output() {
 mod memory;
 
 mod adapters;
+mod interrupt;
 mod media;
 mod speculate;
 mod tenancy;

@@ -10,7 +10,7 @@ use super::*;
 use crate::config::SchedulingPolicy;
 use crate::request::Tenancy;
 
-fn tenancy(tenant: &str, weight: f64, priority: i32, background: bool) -> Tenancy {
+pub(super) fn tenancy(tenant: &str, weight: f64, priority: i32, background: bool) -> Tenancy {
     Tenancy {
         tenant: Arc::from(tenant),
         weight,
@@ -19,13 +19,13 @@ fn tenancy(tenant: &str, weight: f64, priority: i32, background: bool) -> Tenanc
     }
 }
 
-fn prompt(first: TokenId, len: usize) -> Vec<TokenId> {
+pub(super) fn prompt(first: TokenId, len: usize) -> Vec<TokenId> {
     (0..len as i32)
         .map(|i| (first * 13 + i * 7) % 60 + 1)
         .collect()
 }
 
-fn req(id: &str, p: Vec<TokenId>, n: u32, t: Tenancy) -> GenerateRequest {
+pub(super) fn req(id: &str, p: Vec<TokenId>, n: u32, t: Tenancy) -> GenerateRequest {
     GenerateRequest {
         ignore_eos: true,
         tenancy: t,
@@ -33,7 +33,7 @@ fn req(id: &str, p: Vec<TokenId>, n: u32, t: Tenancy) -> GenerateRequest {
     }
 }
 
-fn cfg(slots: usize, host: u64) -> EngineConfig {
+pub(super) fn cfg(slots: usize, host: u64) -> EngineConfig {
     let mut c = config(slots, 64);
     c.admit.max_waiting = 512;
     c.admit.prefix_host_bytes = host;
@@ -41,7 +41,7 @@ fn cfg(slots: usize, host: u64) -> EngineConfig {
 }
 
 /// The output of `r` alone on a fresh owner, and the rows it computed.
-fn solo(r: &GenerateRequest, memory: FakeMemory) -> (Vec<TokenId>, usize) {
+pub(super) fn solo(r: &GenerateRequest, memory: FakeMemory) -> (Vec<TokenId>, usize) {
     let mut h = harness_kind(cfg(1, 0), memory);
     let mut rx = h.send(r.clone(), 4096);
     h.run_idle();
