@@ -117,8 +117,11 @@ def start(cmd, what, logdir):
     return p
 
 
-def metric(base, name):
-    text = urllib.request.urlopen(base + "/metrics", timeout=10).read().decode()
+def metric(base, name, key=None):
+    req = urllib.request.Request(base + "/metrics")
+    if key:
+        req.add_header("Authorization", f"Bearer {key}")
+    text = urllib.request.urlopen(req, timeout=10).read().decode()
     m = re.search(rf"^{name}(?:{{[^}}]*}})? ([0-9.e+-]+)$", text, re.M)
     return float(m.group(1)) if m else 0.0
 
@@ -342,8 +345,9 @@ def main():
                     res = tenants_round(base, a.heavy, a.seconds)
                     res["alone_ttft"] = alone
                     if arms[name] is not None:
-                        res["interrupted"] = metric(base, "steward_steps_interrupted_total")
-                        res["interrupted_s"] = metric(base, "steward_steps_interrupted_seconds_total")
+                        res["interrupted"] = metric(base, "steward_steps_interrupted_total", HEAVY_KEY)
+                        res["interrupted_s"] = metric(base, "steward_steps_interrupted_seconds_total",
+                                                      HEAVY_KEY)
                     results["tenants"].setdefault(name, []).append(res)
                     print(f"round {r} {name}: light TTFT p50 {q(res['light_ttft'], .5) * 1e3:.0f} ms "
                           f"p99 {q(res['light_ttft'], .99) * 1e3:.0f} ms (alone p50 "

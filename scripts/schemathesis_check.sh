@@ -20,7 +20,7 @@
 # Neither server has an API key, so the admin routes answer 403
 # `admin_disabled` (documented) and nothing needs authentication.
 #
-# Usage: scripts/schemathesis_check.sh [MAX_EXAMPLES (default 20)] [SEED (default 1)]
+# Usage: scripts/schemathesis_check.sh [MAX_EXAMPLES (default 12)] [SEED (default 1)]
 #        scripts/schemathesis_check.sh --install-only   (scripts/prefetch.sh)
 # Exits non-zero if schemathesis reports any failure; its JUnit reports
 # and the servers' logs are left in target/schemathesis/.
@@ -36,7 +36,7 @@ venv="$root/target/pyenv"
   "$venv/bin/pip" install --quiet --disable-pip-version-check "schemathesis==$version"
 # --install-only: schemathesis, nothing run (scripts/prefetch.sh).
 [ "${1:-}" = --install-only ] && exit 0
-examples="${1:-20}"
+examples="${1:-12}"
 seed="${2:-1}"
 [ -x target/release/steward ] || cargo build --release --bins
 out="$root/target/schemathesis"

@@ -100,7 +100,17 @@ impl<B: Backend> Owner<B> {
         if eligible && self.sharing_pending(&r.prompt, &set) {
             return false;
         }
+        // A newcomer that outranks everything running has its first step
+        // alone (`owner/interrupt.rs`): a copy there stalls no stream that
+        // was not waiting anyway, and pays for itself from ~10 shared
+        // tokens (docs/BENCHMARKS.md [6/8]), so a short shared prefix (a
+        // chat template's) is copied rather than computed.
+        let copy_min = self.kv.cache.copy_min;
+        if self.claims_urgency(&r.tenancy, Some(w.order)) {
+            self.kv.cache.copy_min = copy_min.min(URGENT_COPY_MIN);
+        }
         let mut offer = bound_offer(self.offer(pkey, &r.prompt, eligible), &r.media);
+        self.kv.cache.copy_min = copy_min;
         if eligible && self.kv.disk.is_some() {
             // A longer prefix on disk is read into the host tier first.
             let offered = offer
@@ -322,7 +332,7 @@ impl<B: Backend> Owner<B> {
         let (spec_mode, spec_max) = self.spec_for(w.sub.req.speculative);
         let mut seq = Sequence::new(self.next_key, slot, w.sub, limits, permit, reused, w.order);
         seq.arrival_step = w.step;
-        seq.urgent = self.claims_urgency(&seq.tenancy);
+        seq.urgent = self.claims_urgency(&seq.tenancy, None);
         seq.speculate(spec_mode, spec_max, &self.spec.priors);
         // Device sampling where the request's sampler is plain greedy;
         // the slot keeps its path until a request needs the other one.
@@ -333,6 +343,10 @@ impl<B: Backend> Owner<B> {
         self.seqs.push(seq);
     }
 }
+
+/// The shortest shared prefix copied for a newcomer whose first step runs
+/// alone (the break-even is ~10 tokens).
+const URGENT_COPY_MIN: usize = 16;
 
 /// An offer cut back so that no reuse ends inside a media span.
 fn bound_offer(mut o: Offer, media: &[MediaSpan]) -> Offer {

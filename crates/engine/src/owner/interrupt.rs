@@ -99,7 +99,9 @@ impl Interrupt {
 impl<B: Backend> Owner<B> {
     /// What the sequences in `keys` (None: every admitted one) are, for a
     /// newcomer to outrank; None when no policy lets anyone outrank them.
-    fn in_flight(&self, keys: Option<&[u64]>) -> Option<InFlight> {
+    /// `skip`: the waiting request (by arrival order) asking, not counted
+    /// among the tenants with work.
+    fn in_flight(&self, keys: Option<&[u64]>, skip: Option<u64>) -> Option<InFlight> {
         let rows: Vec<&Tenancy> = self
             .seqs
             .iter()
@@ -114,7 +116,12 @@ impl<B: Backend> Owner<B> {
             .then(|| rows.iter().map(|t| t.priority).min())
             .flatten();
         let tenants = self.policy.fair_share.then(|| {
-            let waiting = self.queue.waiting.iter().map(|w| &w.sub.req.tenancy);
+            let waiting = self
+                .queue
+                .waiting
+                .iter()
+                .filter(|w| Some(w.order) != skip)
+                .map(|w| &w.sub.req.tenancy);
             let parked = self.queue.parked.iter().map(|p| &p.seq.tenancy);
             let mut v: Vec<Arc<str>> = self
                 .seqs
@@ -138,9 +145,11 @@ impl<B: Backend> Owner<B> {
     }
 
     /// Whether a request of `t` admitted now outranks everything running:
-    /// its first prompt chunk then runs in a step of its own.
-    pub(super) fn claims_urgency(&self, t: &Tenancy) -> bool {
-        self.in_flight(None).is_some_and(|f| f.outranked_by(t))
+    /// its first prompt chunk then runs in a step of its own. `waiting`:
+    /// its arrival order while it is still in the queue.
+    pub(super) fn claims_urgency(&self, t: &Tenancy, waiting: Option<u64>) -> bool {
+        self.in_flight(None, waiting)
+            .is_some_and(|f| f.outranked_by(t))
     }
 
     /// What `plan` is, when it may be interrupted: rows that can be rewound
@@ -166,7 +175,7 @@ impl<B: Backend> Owner<B> {
         if !rewindable {
             return None;
         }
-        self.in_flight(Some(&keys))
+        self.in_flight(Some(&keys), None)
     }
 
     /// After a step: an urgent sequence that has had its step is urgent no

@@ -30,8 +30,11 @@ fn an_interrupted_step_is_rewound_and_the_newcomer_runs_alone() {
     h.ticks(3);
     assert!(h.owner.seqs.iter().all(|s| s.is_decoding()));
     let light = req("light", prompt(40, 12), 4, tenancy("light", 1.0, 0, false));
-    assert!(h.owner.claims_urgency(&light.tenancy));
-    assert!(!h.owner.claims_urgency(&heavy[0].tenancy), "a busy tenant");
+    assert!(h.owner.claims_urgency(&light.tenancy, None));
+    assert!(
+        !h.owner.claims_urgency(&heavy[0].tenancy, None),
+        "a busy tenant"
+    );
     // The step of the three decoders is interrupted as the light request
     // arrives.
     let before: Vec<u32> = h.owner.seqs.iter().map(|s| s.generated()).collect();
@@ -121,7 +124,7 @@ fn who_may_interrupt_follows_the_policy() {
             4096,
         );
         h.ticks(2);
-        assert_eq!(h.owner.claims_urgency(&newcomer), want, "case {i}");
+        assert_eq!(h.owner.claims_urgency(&newcomer, None), want, "case {i}");
         let keys: Vec<u64> = h.owner.seqs.iter().map(|s| s.key).collect();
         let plan = Plan {
             decode: keys,
