@@ -39,12 +39,7 @@ impl<B: Backend> Owner<B> {
     /// Put every slot of `plan` back as it was before the step. Returns the
     /// step's sequences and those whose state could not be rewound.
     fn rewind_step(&mut self, plan: &Plan) -> (Vec<u64>, Vec<u64>) {
-        let keys: Vec<u64> = plan
-            .decode
-            .iter()
-            .copied()
-            .chain(plan.chunks.iter().map(|c| c.key))
-            .collect();
+        let keys: Vec<u64> = plan.keys();
         let mut undone = Vec::new();
         for seq in self.seqs.iter_mut().filter(|s| keys.contains(&s.key)) {
             let chunk_start = plan

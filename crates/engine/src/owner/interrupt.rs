@@ -155,18 +155,17 @@ impl<B: Backend> Owner<B> {
     /// What `plan` is, when it may be interrupted: rows that can be rewound
     /// exactly, and not right after an interrupted step.
     pub(super) fn interruptible(&self, plan: &Plan, isolated: Option<u64>) -> Option<InFlight> {
+        // The default policy with no batch line running: nothing can
+        // outrank a step (and nothing is allocated per step to learn it).
+        let batch = || self.seqs.iter().any(|s| s.tenancy.background);
         if self.clock.interrupted_last
             || isolated.is_some()
             || self.kv.memory.kind != MemoryKind::Attention
+            || !(self.policy.ranked() || batch())
         {
             return None;
         }
-        let keys: Vec<u64> = plan
-            .decode
-            .iter()
-            .copied()
-            .chain(plan.chunks.iter().map(|c| c.key))
-            .collect();
+        let keys: Vec<u64> = plan.keys();
         let rewindable = self
             .seqs
             .iter()

@@ -73,6 +73,14 @@ impl Plan {
     pub fn is_empty(&self) -> bool {
         self.decode.is_empty() && self.chunks.is_empty()
     }
+    /// The sequences with a row in the step: decoders, then chunks.
+    pub fn keys(&self) -> Vec<u64> {
+        self.decode
+            .iter()
+            .copied()
+            .chain(self.chunks.iter().map(|c| c.key))
+            .collect()
+    }
     pub fn n_tokens(&self) -> usize {
         self.decode.len() + self.chunks.iter().map(|c| c.len).sum::<usize>()
     }
