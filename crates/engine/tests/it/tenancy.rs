@@ -8,7 +8,7 @@
 //! streams than alone, and the steps its requests interrupt lose nothing.
 //! Assertions are on step counts and counters, never on time.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

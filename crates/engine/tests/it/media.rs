@@ -7,7 +7,7 @@
 //! through the end of the image, and one with another image reuses exactly
 //! the text before it. The encoder's cache skips a repeated picture.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::Ordering;
 

@@ -1,5 +1,5 @@
-//! Helpers the engine's integration tests share (each test binary includes
-//! this module with `mod common;`; each uses part of it).
+//! Helpers the engine's integration tests share (each module of this one
+//! test binary uses part of it).
 #![allow(dead_code)]
 
 use std::time::{Duration, Instant};

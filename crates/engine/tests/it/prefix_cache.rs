@@ -11,7 +11,7 @@
 //! and the engine pauses it at the lag bound (`held`). Waits poll the
 //! engine's stats with a generous deadline (a hang guard).
 
-mod common;
+use crate::common;
 use common::wait_for;
 
 use steward_engine::chat::ChatPrompt;

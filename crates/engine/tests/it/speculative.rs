@@ -11,7 +11,7 @@
 //! any machine under any load. Outputs are compared through
 //! `steward_engine::compare` (verification steps have other shapes).
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 

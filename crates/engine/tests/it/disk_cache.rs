@@ -9,7 +9,7 @@
 //! (on the small model: it computes the prompt once more).
 //! Assertions are on counters and outputs, never on time.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

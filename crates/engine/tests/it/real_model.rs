@@ -8,7 +8,7 @@
 //! Waits poll the engine's stats with a generous deadline (a hang guard,
 //! never a claim about speed).
 
-mod common;
+use crate::common;
 use common::wait_for;
 use std::time::Duration;
 
@@ -85,10 +85,18 @@ const PROMPTS: [&str; 8] = [
 ];
 
 /// Also the parallel output path: 16 streams decode together, so each
-/// step's rows are sampled and emitted on helper threads (`owner/rows.rs`).
+/// step's rows are sampled and emitted on helper threads (`owner/rows.rs`);
+/// and bursts (`owner/budget.rs::burst`): the 16 prompts are submitted in a
+/// tight loop (microseconds) while a step takes milliseconds, so some step
+/// sees more prompts waiting than sequences decoding and computes them
+/// whole, with the outputs of their solo runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn greedy_is_deterministic_and_batched_equals_solo() {
-    let h = engine_with(16, 64, |c| c.sample.sample_threads = 4).await;
+    let h = engine_with(16, 64, |c| {
+        c.sample.sample_threads = 4;
+        c.step.burst_prefill = true;
+    })
+    .await;
     let mut solo = Vec::new();
     for p in PROMPTS {
         let toks = prompt_tokens(&h, p).await;
@@ -99,11 +107,15 @@ async fn greedy_is_deterministic_and_batched_equals_solo() {
     let (_, again) = run(&h, request(toks, 24, greedy())).await;
     compare::assert_greedy_agree(&again.output_tokens, &solo[0], TIE_NATS, "repeat");
     // All eight at once, twice over, in one continuous batch.
-    let mut streams = Vec::new();
+    let mut prompts = Vec::new();
     for p in PROMPTS.iter().chain(&PROMPTS) {
-        let toks = prompt_tokens(&h, p).await;
-        streams.push(h.submit(request(toks, 24, greedy())).unwrap());
+        prompts.push(prompt_tokens(&h, p).await);
     }
+    let bursts = h.stats().burst_steps;
+    let streams: Vec<_> = prompts
+        .into_iter()
+        .map(|toks| h.submit(request(toks, 24, greedy())).unwrap())
+        .collect();
     let mut batched = Vec::new();
     for s in streams {
         batched.push(s.collect().await.unwrap().1.output_tokens);
@@ -112,6 +124,10 @@ async fn greedy_is_deterministic_and_batched_equals_solo() {
         compare::assert_greedy_agree(b, a, TIE_NATS, &format!("stream {i}, batched"));
     }
     assert!(h.stats().steps > 0);
+    assert!(
+        h.stats().burst_steps > bursts,
+        "the 16 prompts made a burst"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

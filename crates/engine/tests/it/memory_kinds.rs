@@ -15,7 +15,7 @@
 //! near-tie of the cache-off run (`TIE_NATS`). Waits poll the engine's
 //! stats with a generous deadline (a hang guard).
 
-mod common;
+use crate::common;
 use common::wait_for;
 use std::path::PathBuf;
 
