@@ -180,6 +180,10 @@ def run_one(arm, level, count, seed, args, rundir):
         warm_up(url)
         out = os.path.join(rundir, tag + ".guidellm.json")
         profile = "kind=synchronous" if level == "sync" else f"kind=concurrent,streams={level}"
+        if args.warmup:
+            # guidellm's own warm-up phase: its first requests (one wave)
+            # are sent and left out of its statistics.
+            profile += f",warmup={1 if level == 'sync' else int(level)}"
         gcmd = [args.guidellm, "run",
                 "--backend", f"kind=openai_http,target={url},model={NAME},request_format=/v1/completions",
                 "--profile", profile, "--constraint", f"kind=max_requests,count={count}",
@@ -271,6 +275,9 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "target/bench/guidellm/result.json"))
     ap.add_argument("--quiet-wait", type=float, default=0,
                     help="before each run wait up to this many s for the host to be idle (< 0.3 cores busy)")
+    ap.add_argument("--warmup", action="store_true",
+                    help="leave guidellm's first wave (one request synchronous, N at concurrency N) out of its "
+                         "statistics (guidellm's warmup phase): they carry guidellm's own start-up")
     ap.add_argument("--report", action="store_true", help="only print the tables of an existing --out")
     args = ap.parse_args()
     if args.report:

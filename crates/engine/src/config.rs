@@ -184,6 +184,11 @@ pub struct StepConfig {
     pub expedite_max_tokens: usize,
     /// Most overdue prompts finished in one step.
     pub expedite_max_seqs: usize,
+    /// A burst of short prompts (more waiting for their first token than
+    /// sequences decoding) is computed whole in one step
+    /// (`owner/budget.rs::burst`), up to this many prompt tokens.
+    pub burst_prefill: bool,
+    pub burst_max_tokens: usize,
     /// With traffic of several adapter sets, steps a set keeps before the
     /// next set's turn (`owner/adapters.rs`).
     pub adapter_slice: usize,
@@ -322,6 +327,8 @@ impl EngineConfig {
                 itl_target_ms: None,
                 expedite_max_tokens: 512,
                 expedite_max_seqs: 2,
+                burst_prefill: false,
+                burst_max_tokens: 2048,
                 adapter_slice: 4,
                 speculative: SpecMode::Off,
                 draft_max: 8,

@@ -271,6 +271,9 @@ pub struct EngineStats {
     /// (`owner/interrupt.rs`), and the compute they had spent.
     pub steps_interrupted: u64,
     pub interrupted_ms_total: f64,
+    /// Steps that computed a burst of short prompts whole
+    /// (`owner/budget.rs::burst`).
+    pub burst_steps: u64,
     /// The disk tier (`owner/kv/disk.rs`; zero when off).
     pub disk: DiskStats,
     /// Pinned prefixes (`owner/pins.rs`): held now (entries, host bytes),

@@ -18,6 +18,12 @@ impl<B: Backend> Owner<B> {
     /// step outlasts the TTFT target itself.
     pub(super) fn set_budget(&mut self) {
         let max = max_step_prompt(&self.config);
+        if let Some((keys, tokens)) = self.burst() {
+            self.limits.expedite = keys;
+            self.limits.prompt_budget = tokens;
+            self.stats.send_modify(|s| s.burst_steps += 1);
+            return;
+        }
         let decoders = self
             .seqs
             .iter()
@@ -129,5 +135,54 @@ impl<B: Backend> Owner<B> {
             None => max,
         };
         self.limits.prompt_budget = (base + 2 * tokens).min(cap.max(base));
+    }
+
+    /// A burst (the CPU's default; `--no-burst-prefill` turns it off):
+    /// more short prompts wait for their first token than sequences decode.
+    /// The step then computes them whole, oldest first, up to
+    /// `burst_max_tokens` (the runtime's batch has room for them), rather
+    /// than chunking them under the few decoders' latency target: prompts
+    /// that arrive together get their first tokens together (and, alike in
+    /// length, decode together after), where chunks would stagger them so
+    /// that every later step carries someone's prompt beside everyone's
+    /// decode (docs/BENCHMARKS.md [4/7], guidellm at 16 streams:
+    /// inter-token latency p50 153 ms chunked, 87 ms in bursts). Under fcfs
+    /// only; not while a batch line or an urgent newcomer's step is on the
+    /// engine, nor with a long prompt or media among the prompts (chunks
+    /// bound their steps), nor for fewer than two prompts.
+    fn burst(&self) -> Option<(Vec<u64>, usize)> {
+        // Priorities and fair share decide who gets the step's tokens;
+        // a burst takes prompts oldest first: fcfs only.
+        if !self.config.step.burst_prefill || self.policy.ranked() {
+            return None;
+        }
+        if self.seqs.iter().any(|s| s.tenancy.background || s.urgent) {
+            return None;
+        }
+        let decoders = self.seqs.iter().filter(|s| s.is_decoding()).count();
+        let prompts: Vec<_> = self
+            .seqs
+            .iter()
+            .filter(|s| !s.is_decoding() && s.prompt_left() > 0)
+            .collect();
+        if prompts.len() < 2 || prompts.len() <= decoders {
+            return None;
+        }
+        let long = |s: &&crate::owner::sequence::Sequence| {
+            s.prompt.len() > self.config.step.expedite_max_tokens || !s.media.is_empty()
+        };
+        if prompts.iter().any(long) {
+            return None;
+        }
+        let max = self.config.step.burst_max_tokens;
+        let (mut keys, mut tokens) = (Vec::new(), 0);
+        for s in prompts {
+            if tokens + s.prompt_left() > max {
+                break;
+            }
+            tokens += s.prompt_left();
+            keys.push(s.key);
+        }
+        (keys.len() >= 2).then_some((keys, tokens))
     }
 }

@@ -35,7 +35,12 @@ pub(super) fn max_step_prompt(c: &EngineConfig) -> usize {
 }
 
 pub(crate) fn runtime_params(c: &EngineConfig) -> RuntimeParams {
-    let mut n_batch = (max_step_prompt(c) + c.admit.max_seqs).max(8) as u32;
+    let burst = if c.step.burst_prefill {
+        c.step.burst_max_tokens
+    } else {
+        0
+    };
+    let mut n_batch = (max_step_prompt(c).max(burst) + c.admit.max_seqs).max(8) as u32;
     if c.model.mmproj.is_some() {
         // A media span is decoded whole, in one ubatch: room for a full one.
         n_batch = n_batch.max(c.model.n_ubatch);

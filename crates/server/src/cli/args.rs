@@ -85,6 +85,19 @@ pub(crate) struct ServeArgs {
     /// Most overdue prompts finished in one step.
     #[arg(long, default_value_t = 2)]
     pub(crate) expedite_max_seqs: usize,
+    /// Compute a burst of short prompts (more of them waiting for their
+    /// first token than sequences decoding) whole in one step instead of
+    /// chunking them under the latency targets. On by default on the CPU,
+    /// chosen by measurement under guidellm (docs/BENCHMARKS.md [4/7]); a
+    /// GPU takes short prompts whole anyway (--target-min-prompt).
+    #[arg(long)]
+    pub(crate) no_burst_prefill: bool,
+    /// The most prompt tokens one burst computes (the rest wait for the
+    /// next step). Default 2048, llama.cpp's own batch: at 32 streams of
+    /// 128-token prompts, bursts of all 4096 tokens lost throughput to
+    /// llama-server (0.84x in one run, docs/BENCHMARKS.md [4/7]).
+    #[arg(long, default_value_t = 2048)]
+    pub(crate) burst_max_tokens: usize,
     /// Inter-token latency target in ms: with decoders running, a step's
     /// prompt tokens are sized to keep the step within it (the TTFT
     /// target's claim wins where it needs more). 0: off (--target-step-ms

@@ -97,6 +97,8 @@ fn schedule(c: &mut EngineConfig, a: &ServeArgs, gpu: bool) -> anyhow::Result<()
     c.step.ttft_target_ms = (a.ttft_target_ms > 0.0).then_some(a.ttft_target_ms);
     c.step.expedite_max_tokens = a.expedite_max_tokens;
     c.step.expedite_max_seqs = a.expedite_max_seqs.max(1);
+    c.step.burst_prefill = !gpu && !a.no_burst_prefill;
+    c.step.burst_max_tokens = a.burst_max_tokens.max(1);
     let itl = a.itl_target_ms.unwrap_or(if gpu { 0.0 } else { 50.0 });
     c.step.itl_target_ms = (itl > 0.0).then_some(itl);
     c.admit.policy = a.scheduling_policy;

@@ -140,7 +140,7 @@ pub fn render(e: &EngineStats, waiting: usize) -> String {
 fn engine_table(
     e: &EngineStats,
     waiting: usize,
-) -> [(&'static str, &'static str, &'static str, f64); 84] {
+) -> [(&'static str, &'static str, &'static str, f64); 85] {
     let kv_frac = kv_usage(e);
     [
         (
@@ -334,6 +334,12 @@ fn engine_table(
             "Steps interrupted for a request that outranked every row in them (rewound and run again)",
             "counter",
             e.steps_interrupted as f64,
+        ),
+        (
+            "steward_burst_steps_total",
+            "Steps that computed a burst of short prompts whole (more waiting for their first token than sequences decoding)",
+            "counter",
+            e.burst_steps as f64,
         ),
         (
             "steward_steps_interrupted_seconds_total",

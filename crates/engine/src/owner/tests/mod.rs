@@ -715,6 +715,7 @@ fn aligned_chunks_match_unaligned_output() {
 mod memory;
 
 mod adapters;
+mod burst;
 mod interrupt;
 mod media;
 mod speculate;
