@@ -145,8 +145,8 @@ impl<B: Backend> Owner<B> {
     /// that arrive together get their first tokens together (and, alike in
     /// length, decode together after), where chunks would stagger them so
     /// that every later step carries someone's prompt beside everyone's
-    /// decode (docs/BENCHMARKS.md [4/7], guidellm at 16 streams:
-    /// inter-token latency p50 153 ms chunked, 87 ms in bursts). Under fcfs
+    /// decode (docs/BENCHMARKS.md [4/7] once more, guidellm at 16 streams:
+    /// inter-token latency p50 160 ms chunked, 93 ms in bursts). Under fcfs
     /// only; not while a batch line or an urgent newcomer's step is on the
     /// engine, nor with a long prompt or media among the prompts (chunks
     /// bound their steps), nor for fewer than two prompts.
