@@ -9,7 +9,7 @@
 # through the OpenAI client (a kill mid-batch), access (TLS, keys,
 # rate limits), two replicas behind the vLLM Router, KV events, one model over
 # RPC workers, the web pages in Chromium, schemathesis against /openapi.json,
-# and every fuzz target briefly (FUZZ_SECONDS each, default 3). Fetches the
+# and every fuzz target briefly (FUZZ_SECONDS each, default 6). Fetches the
 # models when missing; downloads run beside the compile (scripts/prefetch.sh).
 # Each phase prints the seconds since the start.
 #
@@ -169,7 +169,7 @@ if ! tier all; then
   phase "http: all passed"
   exit 0
 fi
-phase "fuzz targets, ${FUZZ_SECONDS:-3} s each (waiting for their build: target/fuzz-build.log)"
+phase "fuzz targets, ${FUZZ_SECONDS:-6} s each (waiting for their build: target/fuzz-build.log)"
 wait $fuzz_build || { tail -30 target/fuzz-build.log; echo "fuzz build failed" >&2; exit 1; }
-./scripts/fuzz.sh "${FUZZ_SECONDS:-3}"
+./scripts/fuzz.sh "${FUZZ_SECONDS:-6}"
 phase "all passed"
