@@ -156,27 +156,32 @@ impl<B: Backend> Owner<B> {
         if !self.config.step.burst_prefill || self.policy.ranked() {
             return None;
         }
-        if self.seqs.iter().any(|s| s.tenancy.background || s.urgent) {
-            return None;
+        // One pass, nothing allocated unless it is a burst (every step
+        // asks).
+        let (mut decoders, mut prompts) = (0, 0);
+        for s in &self.seqs {
+            if s.tenancy.background || s.urgent {
+                return None;
+            }
+            if s.is_decoding() {
+                decoders += 1;
+            } else if s.prompt_left() > 0 {
+                if s.prompt.len() > self.config.step.expedite_max_tokens || !s.media.is_empty() {
+                    return None;
+                }
+                prompts += 1;
+            }
         }
-        let decoders = self.seqs.iter().filter(|s| s.is_decoding()).count();
-        let prompts: Vec<_> = self
-            .seqs
-            .iter()
-            .filter(|s| !s.is_decoding() && s.prompt_left() > 0)
-            .collect();
-        if prompts.len() < 2 || prompts.len() <= decoders {
-            return None;
-        }
-        let long = |s: &&crate::owner::sequence::Sequence| {
-            s.prompt.len() > self.config.step.expedite_max_tokens || !s.media.is_empty()
-        };
-        if prompts.iter().any(long) {
+        if prompts < 2 || prompts <= decoders {
             return None;
         }
         let max = self.config.step.burst_max_tokens;
         let (mut keys, mut tokens) = (Vec::new(), 0);
-        for s in prompts {
+        let waiting = self
+            .seqs
+            .iter()
+            .filter(|s| !s.is_decoding() && s.prompt_left() > 0);
+        for s in waiting {
             if tokens + s.prompt_left() > max {
                 break;
             }
